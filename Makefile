@@ -1,0 +1,36 @@
+# Two commands on a fresh machine:  `make demo`  and  `make test`.
+# Both create .venv with python3 and install tokembed with the pins in constraints.txt
+# (torch 2.13.0: the CPU wheel this machine kind has on disk).
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+PIP    := $(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt
+
+.PHONY: demo test setup setup-dev bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.installed: $(BIN)/python pyproject.toml constraints.txt
+	$(PIP) -e .
+	@touch $@
+
+$(VENV)/.installed-dev: $(BIN)/python pyproject.toml constraints.txt scripts/system-deps.sh
+	$(PIP) -e '.[dev]'
+	bash scripts/system-deps.sh
+	@touch $(VENV)/.installed $@
+
+setup: $(VENV)/.installed
+setup-dev: $(VENV)/.installed-dev
+
+demo: $(VENV)/.installed
+	$(BIN)/tokembed demo
+
+test: $(VENV)/.installed-dev
+	$(BIN)/python -m pytest -q
+
+bench: $(VENV)/.installed-dev
+	for b in benchmarks/bench_*.py; do $(BIN)/python $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) build src/*.egg-info .pytest_cache

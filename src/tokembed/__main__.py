@@ -1,0 +1,5 @@
+import sys
+
+from tokembed.cli import main
+
+sys.exit(main())

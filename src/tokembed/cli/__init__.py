@@ -1,0 +1,47 @@
+"""`tokembed ...`: a thin layer over the library.
+
+Each subcommand lives in its own module under ``tokembed.cli`` and defines
+``register(subparsers)``, which adds its parser and sets ``func`` to a function
+``(args) -> int`` that calls one library function. User errors (bad values, missing
+files) are raised by the library as ValueError/TypeError/FileNotFoundError/... and
+printed here as one line, with exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# One module per command group; add yours here.
+COMMAND_MODULES = [
+    "tokembed.cli.demo",
+]
+
+USER_ERRORS = (ValueError, TypeError, FileNotFoundError, FileExistsError, NotADirectoryError, IsADirectoryError, PermissionError, KeyError)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tokembed", description="Text -> GPT-2 tokens -> windows -> batches -> embeddings.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except USER_ERRORS as e:
+        msg = e.args[0] if isinstance(e, KeyError) and e.args else e
+        print(f"tokembed {args.command}: error: {msg}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"tokembed {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

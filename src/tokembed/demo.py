@@ -1,0 +1,99 @@
+"""The chapter end to end: text -> tokens -> windows -> a batch -> token + positional embeddings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from tokembed.embeddings import InputEmbedding, TokenEmbedding
+from tokembed.tokenizer import ENDOFTEXT, get_tokenizer, gpt2_files
+from tokembed.windows import create_dataloader_v1
+
+__all__ = ["chapter_walk", "default_corpus"]
+
+
+def default_corpus() -> tuple[str, str]:
+    """A text every Python install carries offline: the interpreter's documentation topics.
+
+    Returns:
+        (name, text): the topics of ``pydoc_data.topics`` in sorted order, joined by blank lines.
+    """
+    from pydoc_data.topics import topics
+
+    return "pydoc_data.topics (Python's documentation topics)", "\n\n".join(topics[k] for k in sorted(topics))
+
+
+def _rounded(t: torch.Tensor, digits: int = 4) -> list:
+    # Through float64 so that JSON shows 0.6, not float32's 0.6000000238418579.
+    return torch.round(t.detach().double(), decimals=digits).tolist()
+
+
+def chapter_walk(
+    text: str | None = None,
+    *,
+    source: str | None = None,
+    batch_size: int = 8,
+    max_length: int = 4,
+    stride: int | None = None,
+    dim: int = 256,
+    seed: int = 123,
+) -> dict:
+    """Run the chapter's example and return every fact it prints, as plain data.
+
+    Args:
+        text: the corpus; default :func:`default_corpus`.
+        source: a name for the text in the output.
+        batch_size, max_length, stride: the loader's settings (stride defaults to max_length, as in the chapter).
+        dim: the embedding width (the chapter's 256).
+        seed: the seed of the chapter's small table (123).
+    """
+    if text is None:
+        source, text = default_corpus()
+    stride = max_length if stride is None else stride
+    enc = get_tokenizer("gpt2")
+    vocab_bpe, encoder_json = gpt2_files()
+    n_tokens = len(enc.encode(text, allowed_special={ENDOFTEXT})) if isinstance(text, str) else 0
+
+    # The seed-123 table of 6 tokens x 3 dimensions and the lookup of token 3.
+    torch.manual_seed(seed)
+    table = TokenEmbedding(6, 3)
+    lookup = table(torch.tensor([3]))  # (1,3)
+
+    # The first batch of the loader, shuffle=False as in the chapter.
+    loader = create_dataloader_v1(text, batch_size=batch_size, max_length=max_length, stride=stride, shuffle=False)
+    inputs, targets = next(iter(loader))  # (B,T), (B,T)
+
+    # Token + absolute positional embeddings: (B,T,D) + (T,D) -> (B,T,D).
+    embed = InputEmbedding(enc.n_vocab, dim, context_length=max_length)
+    token_embeddings = embed.token(inputs)  # (B,T,D)
+    pos_embeddings = embed.position(torch.arange(max_length))  # (T,D)
+    input_embeddings = embed(inputs)  # (B,T,D)
+
+    tok, pos = torch.tensor([0.5, -0.2, 0.1]), torch.tensor([0.1, 0.3, -0.1])
+    return {
+        "tokenizer": {
+            "name": enc.name,
+            "n_vocab": enc.n_vocab,
+            "endoftext": {"token": ENDOFTEXT, "id": enc.eot_token},
+            "files": {"vocab.bpe": str(vocab_bpe), "encoder.json": str(encoder_json)},
+            "offline": True,
+        },
+        "text": {"source": source or "text", "characters": len(text), "tokens": n_tokens},
+        "loader": {
+            "batch_size": batch_size,
+            "max_length": max_length,
+            "stride": stride,
+            "shuffle": False,
+            "windows": len(loader.dataset),
+            "batches": len(loader),
+        },
+        "first_batch": {"inputs": inputs.tolist(), "targets": targets.tolist()},
+        "seed_table": {"seed": seed, "weight": _rounded(table.weight), "token_3": _rounded(lookup)[0]},
+        "shapes": {
+            "token_embeddings": list(token_embeddings.shape),
+            "positional_embeddings": list(pos_embeddings.shape),
+            "input_embeddings": list(input_embeddings.shape),
+        },
+        "worked_example": {"token": tok.tolist(), "position": pos.tolist(), "combined": _rounded(tok + pos)},
+    }

