@@ -88,7 +88,12 @@ def chapter_walk(
             "windows": len(loader.dataset),
             "batches": len(loader),
         },
-        "first_batch": {"inputs": inputs.tolist(), "targets": targets.tolist()},
+        "first_batch": {
+            "inputs": inputs.tolist(),
+            "targets": targets.tolist(),
+            "first_window_tokens": [enc.decode([i]) for i in inputs[0].tolist()],
+            "first_target_tokens": [enc.decode([i]) for i in targets[0].tolist()],
+        },
         "seed_table": {"seed": seed, "weight": _rounded(table.weight), "token_3": _rounded(lookup)[0]},
         "shapes": {
             "token_embeddings": list(token_embeddings.shape),

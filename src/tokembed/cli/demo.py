@@ -53,10 +53,11 @@ def format_facts(f: dict) -> str:
         "",
         f"3. Sliding windows: max_length={ld['max_length']}, stride={ld['stride']} -> {ld['windows']:,} windows, "
         f"{ld['batches']:,} batches of {ld['batch_size']}",
-        "   first batch, inputs:" + " " * 9 + "targets (inputs shifted by one):",
+        f"   {'first batch, inputs:':<35}targets (the inputs shifted by one):",
     ]
     for x, y in zip(fb["inputs"], fb["targets"]):
         lines.append(f"   {_row(x, 6)}   {_row(y, 6)}")
+    lines.append(f"   first window as tokens: {fb['first_window_tokens']} -> predict {fb['first_target_tokens']}")
     lines += ["", f"4. Token embedding: torch.manual_seed({st['seed']}); TokenEmbedding(6, 3).weight ="]
     lines += [f"   {i}: {_row(r)}" for i, r in enumerate(st["weight"])]
     lines += [
