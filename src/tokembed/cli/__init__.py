@@ -4,25 +4,33 @@ Each subcommand lives in its own module under ``tokembed.cli`` and defines
 ``register(subparsers)``, which adds its parser and sets ``func`` to a function
 ``(args) -> int`` that calls one library function. User errors (bad values, missing
 files) are raised by the library as ValueError/TypeError/FileNotFoundError/... and
-printed here as one line, with exit status 2.
+printed here as one line, with exit status 2 (set TOKEMBED_DEBUG=1 for the traceback).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 # One module per command group; add yours here.
 COMMAND_MODULES = [
     "tokembed.cli.demo",
+    "tokembed.cli.inspect",
+    "tokembed.cli.prepare",
 ]
 
-USER_ERRORS = (ValueError, TypeError, FileNotFoundError, FileExistsError, NotADirectoryError, IsADirectoryError, PermissionError, KeyError)
+# Errors that describe the user's input or environment: one line, no traceback (TOKEMBED_DEBUG=1 shows it).
+# OSError covers missing files, folders in the way, permissions and a full disk; ImportError a missing extra.
+USER_ERRORS = (ValueError, TypeError, OSError, ImportError)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tokembed", description="Text -> GPT-2 tokens -> windows -> batches -> embeddings.")
+    from tokembed import __version__
+
+    parser.add_argument("--version", action="version", version=f"tokembed {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
@@ -35,8 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except USER_ERRORS as e:
-        msg = e.args[0] if isinstance(e, KeyError) and e.args else e
-        print(f"tokembed {args.command}: error: {msg}", file=sys.stderr)
+        if os.environ.get("TOKEMBED_DEBUG"):
+            raise
+        print(f"tokembed {args.command}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"tokembed {args.command}: interrupted", file=sys.stderr)
