@@ -1,0 +1,50 @@
+"""The Ray engine: the same units as Ray tasks on a local Ray, the same bytes as the local engine."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from tokembed.prepare import prepare_corpus
+
+ray = pytest.importorskip("ray")
+
+
+def folder_bytes(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+@pytest.mark.slow
+def test_ray_engine_gives_the_same_bytes_and_the_same_errors(local_ray, tmp_path, story, spec_texts):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "story.txt").write_text(story, encoding="utf-8")
+    with open(src / "docs.jsonl", "w", encoding="utf-8") as f:
+        for i, t in enumerate(spec_texts * 4):
+            f.write(json.dumps({"text": f"{i}: {t}"}) + "\n")
+    prepare_corpus([src], tmp_path / "local", workers=1, shard_mb=0.02, val_fraction=0.2)
+    res = prepare_corpus([src], tmp_path / "ray", engine="ray", shard_mb=0.02, val_fraction=0.2)
+    assert res.units >= 5 and res.units_done == res.units
+    assert folder_bytes(tmp_path / "local") == folder_bytes(tmp_path / "ray")
+
+    (src / "docs.jsonl").open("a").write("{broken\n")
+    with pytest.raises(ValueError, match=r"docs.jsonl, line 21: not valid JSON"):
+        prepare_corpus([src], tmp_path / "ray-bad", engine="ray", shard_mb=0.02)
+
+
+def test_import_tokembed_does_not_import_ray():
+    import subprocess
+
+    code = "import sys, tokembed, tokembed.prepare, tokembed.shards; print('ray' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
