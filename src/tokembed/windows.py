@@ -8,16 +8,21 @@ Python objects each); here one token array is held and windows are sliced on dem
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, RandomSampler, SequentialSampler
 
+from tokembed import shards as shards_mod
 from tokembed._checks import check_positive_int
 from tokembed.tokenizer import ENDOFTEXT, get_tokenizer
 
-__all__ = ["GPTDatasetV1", "create_dataloader_v1", "encode_text", "window_count"]
+__all__ = ["GPTDatasetV1", "SlidingWindowDataset", "create_dataloader_v1", "encode_text", "window_count"]
 
 
 def window_count(n_tokens: int, max_length: int, stride: int) -> int:
@@ -46,6 +51,11 @@ def encode_text(txt: str, tokenizer=None) -> np.ndarray:
     if not txt:
         raise ValueError("txt is empty: give a text of at least max_length + 1 tokens")
     enc = get_tokenizer("gpt2") if tokenizer is None else tokenizer
+    if hasattr(enc, "encode_to_numpy") and getattr(enc, "n_vocab", None):
+        # tiktoken >= 0.8 writes the ids straight into a buffer: no list of Python ints (28 bytes each).
+        ids = enc.encode_to_numpy(txt, allowed_special={ENDOFTEXT})  # (N,) uint32
+        dtype = token_dtype(enc.n_vocab)
+        return ids if ids.dtype == dtype else ids.astype(dtype)
     ids = enc.encode(txt, allowed_special={ENDOFTEXT})
     n_vocab = getattr(enc, "n_vocab", None) or (max(ids) + 1 if ids else 1)
     return np.asarray(ids, dtype=token_dtype(n_vocab))
@@ -133,7 +143,7 @@ class GPTDatasetV1(Dataset):
             bad = idx[(idx < -n) | (idx >= n)][0]
             raise IndexError(f"window {bad} is out of range: this dataset has {n} windows")
         rows = self._rows((idx % n) * self.stride)  # (B, T+1)
-        return _WindowBatch(rows[:, :-1], rows[:, 1:])
+        return _WindowBatch(rows[:, :-1].contiguous(), rows[:, 1:].contiguous())  # contiguous, as the book's stacks
 
 
 def create_dataloader_v1(
@@ -158,7 +168,7 @@ def create_dataloader_v1(
             f"the text gives {len(dataset)} windows, fewer than batch_size={batch_size}, and drop_last=True "
             "drops that one incomplete batch, leaving nothing; use a smaller batch_size or drop_last=False"
         )
-    return DataLoader(
+    return _BookOrderDataLoader(
         dataset,
         batch_size=batch_size,
         shuffle=shuffle,
@@ -166,3 +176,369 @@ def create_dataloader_v1(
         num_workers=num_workers,
         collate_fn=_collate_windows,
     )
+
+
+_CHUNK_BYTES = 1 << 18  # tokens gathered per step in the drop-in's fast path: 256 KiB of int64
+
+
+class _BookOrderDataLoader(DataLoader):
+    """A ``torch.utils.data.DataLoader`` whose single-process iteration gathers many batches per step.
+
+    The book's loader makes 2 x batch_size tensors, then stacks them, for every batch. Here, with
+    ``num_workers=0``, the epoch's order is drawn exactly as torch draws it and whole chunks of
+    batches are gathered with one fancy index; each batch is a contiguous slice of a chunk. The
+    global RNG is consumed as torch's iterator consumes it: one int64 when the iterator is created
+    (``_base_seed``), and, when shuffling, one more on the first batch (``RandomSampler``'s seed for
+    its ``randperm``). With workers, or a sampler this does not know, torch's own iterator runs.
+    """
+
+    def _fast_path(self) -> bool:
+        s = self.sampler
+        if self.num_workers != 0 or not isinstance(self.dataset, GPTDatasetV1) or self.batch_size is None:
+            return False
+        if type(s) is SequentialSampler:
+            return True
+        return type(s) is RandomSampler and s.generator is None and not s.replacement and s.num_samples == len(self.dataset)
+
+    def __iter__(self):
+        if not self._fast_path():
+            return super().__iter__()
+        # torch's _BaseDataLoaderIter.__init__ draws its _base_seed here, even without workers.
+        torch.empty((), dtype=torch.int64).random_(generator=self.generator).item()
+        return self._chunks()
+
+    def _chunks(self):
+        ds, b = self.dataset, self.batch_size
+        n = len(ds)
+        if isinstance(self.sampler, RandomSampler):
+            # RandomSampler.__iter__, run on the first batch: a seed from the global RNG, then randperm.
+            seed = int(torch.empty((), dtype=torch.int64).random_().item())
+            g = torch.Generator()
+            g.manual_seed(seed)
+            order = torch.randperm(n, generator=g).numpy()  # (n,)
+        else:
+            order = np.arange(n)
+        n_batches = n // b if self.drop_last else -(-n // b)
+        used = min(n, n_batches * b)
+        per_chunk = max(1, _CHUNK_BYTES // (16 * b * ds.max_length)) * b  # windows per gather
+        for lo in range(0, used, per_chunk):
+            rows = ds.token_ids[order[lo : min(used, lo + per_chunk), None] * ds.stride + ds._offsets]  # (m, T+1)
+            inputs = torch.from_numpy(rows[:, :-1].astype(np.int64))  # (m, T)
+            targets = torch.from_numpy(rows[:, 1:].astype(np.int64))  # (m, T)
+            yield from map(list, zip(inputs.split(b), targets.split(b)))  # [(B,T), (B,T)] per batch
+
+
+# ------------------------------------------------------------------------------------------ scalable windows
+
+GPT2_EOT = 50256  # GPT-2's <|endoftext|> id: the document separator in token arrays without an index
+
+
+class SlidingWindowDataset(Dataset):
+    """The chapter's sliding windows over a shard folder, a token array or a text, computed on demand.
+
+    Window ``k`` reads ``max_length + 1`` tokens from ``start(k)``: the inputs are the first
+    ``max_length``, the targets the last ``max_length`` (the inputs shifted by one). Nothing is stored
+    per window: a window is two numbers of arithmetic, so memory stays O(1) per window.
+
+    - Over the concatenated stream (default), ``start(k) = k * stride`` for ``k`` in
+      ``range(len(range(0, n_tokens - max_length, stride)))``: exactly the book's windows, across
+      shard boundaries.
+    - With ``within_documents=True``, each document (its tokens and its ``<|endoftext|>``) gets the
+      book's windows of its own and no window crosses a document boundary; documents shorter than
+      ``max_length + 1`` give none. ``dropped_tokens`` counts what no window reads.
+
+    Args:
+        source: a shard folder (``pathlib.Path``, a ``str`` naming an existing folder, or a
+            ``tokembed.shards.ShardSet``), a 1-D integer token array (numpy, torch or a list), or a
+            text (any other ``str``; encoded once with GPT-2's tokenizer as the chapter does).
+        max_length: tokens per window (``T``).
+        stride: tokens between consecutive window starts; default ``max_length`` (no overlap).
+        within_documents: keep every window inside one document. Documents come from the shards'
+            index; in arrays and texts a document ends after each ``eot_token``.
+        split: the split of a shard folder (``"train"`` or ``"val"``).
+        verify: check the shards' sha256 sums when opening (reads the whole split once).
+        eot_token: the separator id for arrays/texts with ``within_documents`` (default GPT-2's 50256,
+            or the tokenizer's for a text).
+        tokenizer: the tokenizer for a text source (default GPT-2's).
+
+    ``dataset[k]`` is ``(inputs, targets)``, int64 tensors (T,). :meth:`gather` returns a whole batch,
+    (B, T) and (B, T), in one vectorized step; ``tokembed.create_dataloader`` uses it.
+
+    Raises:
+        ValueError: ``max_length`` or ``stride`` below 1; a source too short for a single window;
+            a shard folder that fails its manifest check (names the shard, points at ``tokembed check``).
+        TypeError: a source of another type, or a non-integer array.
+    """
+
+    def __init__(
+        self,
+        source,
+        *,
+        max_length: int,
+        stride: int | None = None,
+        within_documents: bool = False,
+        split: str = "train",
+        verify: bool = False,
+        eot_token: int | None = None,
+        tokenizer=None,
+    ) -> None:
+        self.max_length = check_positive_int("max_length", max_length)
+        self.stride = self.max_length if stride is None else check_positive_int("stride", stride)
+        self.within_documents = bool(within_documents)
+        self._shards = None  # a ShardSet (paths only: maps are opened lazily in each process)
+        self._array = None  # an in-memory (N,) token array
+        self._path_hint = ""
+        self._fingerprint: str | None = None
+        self._open(source, split=split, verify=verify, eot_token=eot_token, tokenizer=tokenizer)
+        self._plan_windows()
+
+    # -- construction ------------------------------------------------------------------------------
+
+    def _open(self, source, *, split, verify, eot_token, tokenizer) -> None:
+        if isinstance(source, shards_mod.ShardSet) or isinstance(source, os.PathLike) or (
+            isinstance(source, str) and len(source) < 4096 and "\n" not in source and os.path.isdir(source)
+        ):
+            ss = source if isinstance(source, shards_mod.ShardSet) else shards_mod.open_shards(Path(source), split=split, verify=verify)
+            self._shards = ss
+            self.source_kind = "shards"
+            self.n_tokens = ss.n_tokens
+            self.dtype = ss.dtype
+            self._cum = ss.cumulative.astype(np.int64)  # (n_shards+1,)
+            self._seg_len = np.diff(self._cum)  # (n_shards,)
+            self._doc_starts_fn = ss.doc_starts
+            self.eot_token = ss.eot_token
+            return
+        if isinstance(source, str):
+            if len(source) < 4096 and "\n" not in source and (os.sep in source or source.endswith(".bin")):
+                self._path_hint = f"; if you meant a shard folder, {source!r} does not exist (a str that is not an existing folder is read as text)"
+            enc = get_tokenizer("gpt2") if tokenizer is None else tokenizer
+            arr = encode_text(source, enc)
+            self.source_kind = "text"
+            self.eot_token = int(getattr(enc, "eot_token", GPT2_EOT)) if eot_token is None else int(eot_token)
+        else:
+            if isinstance(source, torch.Tensor):
+                source = source.detach().cpu().numpy()
+            elif isinstance(source, (list, tuple, range)):
+                source = np.asarray(source)
+            if not isinstance(source, np.ndarray):
+                raise TypeError(
+                    f"source must be a shard folder (a Path), a 1-D token array or a text (str), got {type(source).__name__}"
+                )
+            arr = source
+            if arr.ndim != 1:
+                raise ValueError(f"a token array must be 1-D (N,), got shape {arr.shape}; flatten it with .reshape(-1)")
+            if arr.dtype.kind not in "iu":
+                raise TypeError(f"a token array must hold integers, got dtype {arr.dtype}; convert with .astype(np.int64)")
+            if arr.size and arr.dtype.kind == "i" and int(arr.min()) < 0:
+                raise ValueError(f"token ids must be >= 0, found {int(arr.min())}")
+            self.source_kind = "array"
+            self.eot_token = GPT2_EOT if eot_token is None else int(eot_token)
+        self._array = arr
+        self.n_tokens = int(arr.shape[0])
+        self.dtype = arr.dtype
+        self._cum = np.array([0, self.n_tokens], dtype=np.int64)
+        self._seg_len = np.diff(self._cum)
+        self._doc_starts_fn = self._array_doc_starts
+
+    def _array_doc_starts(self) -> np.ndarray:
+        # GPT-2 style: every document is its tokens followed by one <|endoftext|>.
+        ends = np.flatnonzero(self._array == self.eot_token) + 1  # (n_eot,)
+        starts = np.concatenate([[0], ends[ends < self.n_tokens]]).astype(np.int64)
+        return starts if self.n_tokens else starts[:0]
+
+    def _plan_windows(self) -> None:
+        L, s, N = self.max_length, self.stride, self.n_tokens
+        where = self._describe()
+        if not self.within_documents:
+            if N < L + 1:
+                raise ValueError(
+                    f"{where} has {N} tokens, but one window of max_length={L} needs at least {L + 1} "
+                    f"(the inputs plus the target shifted by one); use a longer source or a smaller max_length{self._path_hint}"
+                )
+            self.n_windows = window_count(N, L, s)
+            covered = (self.n_windows - 1) * s + L + 1 if s <= L + 1 else self.n_windows * (L + 1)
+            self.dropped_tokens = N - covered
+            self.n_documents = None
+            return
+        starts = np.asarray(self._doc_starts_fn(), dtype=np.int64)  # (D,)
+        lengths = np.diff(np.append(starts, N))  # (D,)
+        counts = np.maximum(0, -(-(lengths - L) // s))  # window_count per document
+        if not counts.any():
+            longest = int(lengths.max()) if lengths.size else 0
+            raise ValueError(
+                f"{where} has no document of at least {L + 1} tokens (the longest has {longest}), so within_documents=True "
+                f"gives no window of max_length={L}; use a smaller max_length or within_documents=False{self._path_hint}"
+            )
+        keep = counts > 0
+        # Only documents that give windows are kept: O(documents) memory, never O(windows).
+        self._doc_start = starts[keep]  # (D',)
+        self._doc_first = np.concatenate([[0], np.cumsum(counts[keep])]).astype(np.int64)  # (D'+1,)
+        self.n_windows = int(self._doc_first[-1])
+        c = counts[keep]
+        covered = np.where(s <= L + 1, (c - 1) * s + L + 1, c * (L + 1))
+        self.dropped_tokens = N - int(covered.sum())
+        self.n_documents = int(starts.size)
+        self.dropped_documents = int((~keep).sum())
+
+    def _describe(self) -> str:
+        if self._shards is not None:
+            return f"split {self._shards.split!r} of shard folder {self._shards.root}"
+        return "the text" if self.source_kind == "text" else "the token array"
+
+    # -- pickling: paths and arithmetic only -------------------------------------------------------
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state.pop("_row_views", None)  # strided views of memory maps are rebuilt in each process
+        state["_doc_starts_fn"] = None
+        a = self._array
+        if isinstance(a, np.memmap) and a.filename is not None and type(a.base).__name__ == "mmap":
+            # A pickled np.memmap copies its whole content: send where it lives instead.
+            state["_array"] = ("memmap", a.filename, a.dtype.str, int(a.offset), a.shape)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        a = state.get("_array")
+        if isinstance(a, tuple) and a and a[0] == "memmap":
+            _, filename, dtype, offset, shape = a
+            state["_array"] = np.memmap(filename, dtype=np.dtype(dtype), mode="r", offset=offset, shape=shape)
+        self.__dict__.update(state)
+        if self._shards is not None:
+            self._doc_starts_fn = self._shards.doc_starts
+        else:
+            self._doc_starts_fn = self._array_doc_starts
+
+    # -- windows -----------------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return self.n_windows
+
+    def __repr__(self) -> str:
+        docs = ", within_documents=True" if self.within_documents else ""
+        return (f"SlidingWindowDataset({self._describe()}, tokens={self.n_tokens}, windows={self.n_windows}, "
+                f"max_length={self.max_length}, stride={self.stride}{docs})")
+
+    def _check_indices(self, idx: np.ndarray) -> np.ndarray:
+        n = self.n_windows
+        if idx.size and (idx.min() < -n or idx.max() >= n):
+            bad = idx[(idx < -n) | (idx >= n)][0]
+            raise IndexError(f"window {bad} is out of range: this dataset has {n} windows")
+        return idx % n if idx.size and idx.min() < 0 else idx
+
+    def starts(self, indices) -> np.ndarray:
+        """Global token offsets where windows ``indices`` start: int64 array of the same shape."""
+        return self._starts(self._check_indices(np.asarray(indices, dtype=np.int64)))
+
+    def _starts(self, k: np.ndarray) -> np.ndarray:
+        if not self.within_documents:
+            return k * self.stride
+        d = np.searchsorted(self._doc_first, k, side="right") - 1  # the document of each window
+        return self._doc_start[d] + (k - self._doc_first[d]) * self.stride
+
+    def _views(self) -> dict[int, np.ndarray]:
+        """This process's row views, one per segment, made on first use (so each worker opens its own maps)."""
+        pid, views = self.__dict__.get("_row_views", (None, None))
+        if pid != os.getpid():
+            views = {}
+            self._row_views = (os.getpid(), views)
+        return views
+
+    def _view(self, i: int, views: dict[int, np.ndarray]) -> np.ndarray:
+        """Segment ``i`` (a shard, or the array) seen as rows: ``view[j]`` = tokens ``[j, j + T + 1)``."""
+        v = views.get(i)
+        if v is None:
+            seg = self._array if self._shards is None else self._shards.tokens(i)
+            w = self.max_length + 1
+            rows = max(0, len(seg) - w + 1)
+            # A read-only strided view: a fancy row index on it gathers a whole batch in one call.
+            v = np.lib.stride_tricks.as_strided(seg, shape=(rows, w), strides=(seg.strides[0], seg.strides[0]), writeable=False)
+            views[i] = v
+        return v
+
+    def _flat(self, i: int, views: dict) -> np.ndarray:
+        seg = self._array if self._shards is None else self._shards.tokens(i)
+        return seg.view(np.ndarray)  # the same memory, without np.memmap's per-slice bookkeeping
+
+    def gather_rows(self, starts: np.ndarray) -> np.ndarray:
+        """Tokens ``[start, start + max_length + 1)`` for each start: (B, T+1), in the source's dtype."""
+        views = self._views()
+        if len(self._cum) == 2:  # one segment: a single fancy index
+            return self._view(0, views)[starts]
+        w = self.max_length + 1
+        seg = np.searchsorted(self._cum, starts, side="right") - 1  # (B,) the shard holding each start
+        local = starts - self._cum[seg]
+        inside = local + w <= self._seg_len[seg]
+        lo, hi = int(seg.min()), int(seg.max())
+        if lo == hi and inside.all():
+            return self._view(lo, views)[local]  # the whole batch in one shard
+        if len(starts) <= 8 * min(len(self._seg_len), len(starts)):
+            # Few windows per shard: one slice per window and a single concatenate beat a fancy index
+            # per shard (slices of a plain ndarray view: slicing an np.memmap costs ~1 us more each).
+            flat = [self._flat(i, views) for i in range(len(self._seg_len))] if "flat" not in views else views["flat"]
+            views["flat"] = flat
+            pieces = [
+                flat[i][j : j + w] if ok else self._shards.read(a, a + w)
+                for i, j, ok, a in zip(seg.tolist(), local.tolist(), inside.tolist(), starts.tolist())
+            ]
+            return np.concatenate(pieces).reshape(len(starts), w)
+        # Sort the windows by shard, gather each shard's run with one fancy index into consecutive rows,
+        # then put the rows back in the batch's order with one more (small: the source's dtype).
+        key = np.where(inside, seg, -1)  # straddlers (-1) first: filled below
+        order = np.argsort(key, kind="stable")
+        key_s, local_s = key[order], local[order]
+        cuts = [0, *(np.flatnonzero(key_s[1:] != key_s[:-1]) + 1).tolist(), len(key_s)]
+        rows_s = np.empty((len(starts), w), dtype=self.dtype)
+        for a, b in zip(cuts[:-1], cuts[1:]):
+            if key_s[a] >= 0:
+                rows_s[a:b] = self._view(int(key_s[a]), views)[local_s[a:b]]
+        out = np.empty_like(rows_s)
+        out[order] = rows_s
+        for j in np.flatnonzero(~inside):  # the few windows that straddle a shard boundary
+            out[j] = self._shards.read(int(starts[j]), int(starts[j]) + w)
+        return out
+
+    def gather(self, indices) -> tuple[torch.Tensor, torch.Tensor]:
+        """A whole batch of windows in one vectorized step.
+
+        Args:
+            indices: (B,) window indices.
+
+        Returns:
+            ``(inputs, targets)``: int64 tensors (B, T), targets the inputs shifted by one token.
+        """
+        return self._gather(self._check_indices(np.asarray(indices, dtype=np.int64)))
+
+    def _gather(self, k: np.ndarray, out: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        # Trusted indices (the loader's): one fancy row index, then two casts to int64, into ``out``
+        # when given (the loader recycles buffers nobody holds any more).
+        rows = self.gather_rows(self._starts(k))  # (B, T+1)
+        if out is None:
+            out = (np.empty(rows[:, :-1].shape, np.int64), np.empty(rows[:, :-1].shape, np.int64))
+        inputs, targets = out
+        np.copyto(inputs, rows[:, :-1])  # (B,T) int64, contiguous
+        np.copyto(targets, rows[:, 1:])  # (B,T), the inputs shifted by one
+        return torch.from_numpy(inputs), torch.from_numpy(targets)
+
+    def __getitem__(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        x, y = self.gather([k])
+        return x[0], y[0]
+
+    def __getitems__(self, ks: Sequence[int]) -> _WindowBatch:
+        return _WindowBatch(*self.gather(ks))
+
+    def fingerprint(self) -> str:
+        """A short hash that identifies the token data (not the window options).
+
+        Shards: from the manifest's sha256 of every shard of the split (free). Arrays and texts: a
+        blake2b over the tokens, computed once on first use.
+        """
+        if self._fingerprint is None:
+            h = hashlib.blake2b(digest_size=12)
+            if self._shards is not None:
+                h.update(json.dumps([self._shards.split, [(s.n_tokens, s.sha256) for s in self._shards.shards]]).encode())
+            else:
+                a = np.ascontiguousarray(self._array)
+                h.update(str(a.dtype).encode() + b"\0")
+                h.update(memoryview(a).cast("B"))
+            self._fingerprint = h.hexdigest()
+        return self._fingerprint

@@ -1,0 +1,368 @@
+"""Benchmark the loaders: shuffled batches from a shard folder, and the book's drop-in, all in one run.
+
+    .venv/bin/python benchmarks/bench_loader.py            # 100 MB shard folder, 10 MB drop-in text
+    .venv/bin/python benchmarks/bench_loader.py --quick    # 20 MB and 2 MB
+
+1. ``tokembed.create_dataloader`` over a shard folder made by ``tokembed.prepare_corpus`` from
+   ``benchmarks/corpus.py``'s offline corpus (git-ignored, under benchmarks/data/), shuffled, at
+   (8 x 1024) and (64 x 256), stride = max_length, against
+   (a) ``np.copyto`` of 256 MB of int64 (this machine's memory bandwidth), expressed in tokens/s at
+       16 bytes per token (a batch is two int64 tensors, inputs and targets); the copy and tokembed are
+       timed in turns, so that both meet the same moments of a shared machine;
+   (b) nanoGPT's ``get_batch`` (a new ``np.memmap`` per call, one row slice per window, ``torch.stack``);
+   (c) the book's ``GPTDatasetV1`` + ``DataLoader(shuffle=True)`` (its dataset built from enough of the
+       corpus's text for the run).
+   Every speed is measured after an untimed warm-up (for tokembed, one whole epoch, so that the
+   process has mapped the shards' pages, as in any epoch of a training run after its first).
+2. ``tokembed.create_dataloader_v1`` (the drop-in) against the book's code: construction time and peak
+   memory at (256, 128) and (4, 4), iteration (whole epochs) at batch 8 x 4, on the chapter's story and on 10 MB of the
+   corpus's text. Each text and setting runs in a fresh subprocess, ours first, then the book's. Peak
+   memory is the peak resident set size during construction (``VmHWM``, reset through
+   ``/proc/self/clear_refs`` before each) above the resident size just before it.
+
+The machine may be shared: every speed is the best of ``--repeats`` and ratios are taken within this run.
+Results go to benchmarks/results/loader.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+DATA = HERE / "data"
+RESULTS = HERE / "results"
+STORY = ROOT.parent / "shared" / "corpora" / "the-verdict.txt"
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(ROOT / "tests"))
+
+SHAPES = [(8, 1024), (64, 256)]
+
+
+def best_rate(run, repeats: int) -> float:
+    """The best of ``repeats`` calls of ``run() -> (tokens, seconds)``, in tokens/s."""
+    rates = []
+    for _ in range(repeats):
+        tokens, seconds = run()
+        rates.append(tokens / seconds)
+    return max(rates)
+
+
+def corpus_text(path: Path, size_mb: float) -> str:
+    """The first ``size_mb`` MB of the corpus's documents, joined by ``<|endoftext|>`` (GPT-2 style)."""
+    docs, size = [], 0
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            text = json.loads(line)["text"]
+            docs.append(text)
+            size += len(text.encode("utf-8"))
+            if size >= size_mb * 1e6:
+                break
+    return "<|endoftext|>".join(docs)
+
+
+# ----------------------------------------------------------------------------------------------- 1. shards
+
+
+def ensure_shards(size_mb: int) -> Path:
+    from corpus import build_corpus
+
+    import tokembed.prepare
+
+    corpus = DATA / f"corpus-{size_mb}mb.jsonl"
+    if not corpus.exists():
+        build_corpus(corpus, size_mb)
+    out = DATA / f"loader-shards-{size_mb}mb"
+    if not (out / "manifest.json").exists():
+        tokembed.prepare.prepare_corpus([corpus], out, workers=0, progress=False)
+    return out
+
+
+def warm(root: Path) -> None:
+    for p in sorted((root / "train").glob("*.bin")):
+        p.read_bytes()  # into the page cache: every method below reads from memory, none from disk
+
+
+def copy_run(mb: int):
+    """``run() -> (bytes, seconds)`` for one ``np.copyto`` of ``mb`` MiB of int64."""
+    src = np.ones(mb * 2**20 // 8, dtype=np.int64)
+    dst = np.empty_like(src)
+    np.copyto(dst, src)  # touch the pages once
+
+    def run():
+        start = time.perf_counter()
+        np.copyto(dst, src)
+        return src.nbytes, time.perf_counter() - start
+
+    return run
+
+
+def _timed(f) -> float:
+    t = time.perf_counter()
+    f()
+    return time.perf_counter() - t
+
+
+def ours_run(root: Path, b: int, t: int, n_batches: int):
+    """``run() -> (tokens, seconds)``: the first ``n_batches`` of a fresh iterator, after a warm-up epoch."""
+    import tokembed
+
+    loader = tokembed.create_dataloader(root, batch_size=b, max_length=t, stride=t, shuffle=True, seed=0)
+    n = min(n_batches, len(loader))
+    for _ in loader:  # one untimed epoch: this process maps the shards' pages, as after a training run's first epoch
+        pass
+
+    def run():
+        it = iter(loader)
+        start = time.perf_counter()
+        for _ in range(n):
+            next(it)
+        return n * b * t, time.perf_counter() - start
+
+    return run
+
+
+def nanogpt_rate(bin_path: Path, b: int, t: int, n_batches: int, repeats: int) -> float:
+    import torch
+
+    def get_batch():  # nanoGPT's train.py, CPU branch
+        data = np.memmap(bin_path, dtype=np.uint16, mode="r")  # recreated every batch to avoid a memory leak
+        ix = torch.randint(len(data) - t, (b,))
+        x = torch.stack([torch.from_numpy((data[i : i + t]).astype(np.int64)) for i in ix])
+        y = torch.stack([torch.from_numpy((data[i + 1 : i + 1 + t]).astype(np.int64)) for i in ix])
+        return x, y
+
+    def run():
+        start = time.perf_counter()
+        for _ in range(n_batches):
+            get_batch()
+        return n_batches * b * t, time.perf_counter() - start
+
+    run()  # warm-up, untimed
+
+    return best_rate(run, repeats)
+
+
+def book_rate(text: str, b: int, t: int, n_batches: int, repeats: int) -> tuple[float, int]:
+    import torch
+    from book_reference import BookGPTDatasetV1
+    from torch.utils.data import DataLoader
+
+    import tokembed
+
+    ds = BookGPTDatasetV1(text, tokembed.get_tokenizer(), t, t)
+    loader = DataLoader(ds, batch_size=b, shuffle=True, drop_last=True)
+    n = min(n_batches, len(loader))
+
+    def run():
+        it = iter(loader)
+        start = time.perf_counter()
+        for _ in range(n):
+            next(it)
+        return n * b * t, time.perf_counter() - start
+
+    torch.manual_seed(0)
+    run()  # warm-up, untimed
+    return best_rate(run, repeats), n
+
+
+def bench_shards(args) -> dict:
+    root = ensure_shards(args.shard_mb)
+    warm(root)
+    manifest = json.loads((root / "manifest.json").read_text())
+    train = manifest["splits"]["train"]
+    first_bin = root / train["shards"][0]["tokens"]
+    text = corpus_text(DATA / f"corpus-{args.shard_mb}mb.jsonl", args.book_mb)
+    copy = copy_run(args.copy_mb)
+    rows, copies = [], []
+    for b, t in [*SHAPES, (8, 4)]:
+        n = args.batches if b * t > 32 else args.batches * 20
+        # The copy and tokembed take turns, so that both see the same moments of a shared machine.
+        ours_one = ours_run(root, b, t, n)
+        ours_rates, copy_rates = [], []
+        for _ in range(args.repeats):
+            nbytes, sec = copy()
+            copy_rates.append(nbytes / sec)
+            tokens, sec = ours_one()
+            ours_rates.append(tokens / sec)
+        ours, copy_bps = max(ours_rates), max(copy_rates)
+        copies.append(copy_bps)
+        copy_tps = copy_bps / 16  # tokens/s: inputs and targets, int64 each
+        nano = nanogpt_rate(first_bin, b, t, min(n, 2000), args.repeats)
+        book, book_n = book_rate(text, b, t, n, args.repeats)
+        rows.append({
+            "shape": f"{b} x {t}", "ours_tok_s": ours, "copy_tok_s": copy_tps, "nanogpt_tok_s": nano, "book_tok_s": book,
+            "book_batches": book_n, "vs_copy": ours / copy_tps, "vs_nanogpt": ours / nano, "vs_book": ours / book,
+        })
+        print(f"  {b} x {t}: ours {ours / 1e6:.1f} M tok/s", file=sys.stderr)
+    ours_8x1024 = rows[0]["ours_tok_s"]
+    book_8x4 = rows[2]["book_tok_s"]
+    return {
+        "shard_folder": str(root.relative_to(ROOT)), "tokens": train["tokens"], "documents": train["documents"],
+        "shards": len(train["shards"]), "copy_GB_s": max(copies) / 1e9, "rows": rows,
+        "ours_8x1024_vs_book_8x4": ours_8x1024 / book_8x4,
+    }
+
+
+# ----------------------------------------------------------------------------------------------- 2. drop-in
+
+
+def _reset_peak() -> None:
+    # Linux >= 4.0: writing 5 to clear_refs resets the process's peak resident set size (VmHWM).
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+
+
+def _rss(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024  # bytes
+    raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+def dropin_worker(text_path: str, max_length: int, stride: int, iterate: bool, repeats: int, max_batches: int) -> dict:
+    """Run in a fresh process: ours then the book's, construction time, peak memory, iteration."""
+    import gc
+
+    import torch
+    from book_reference import book_create_dataloader_v1
+
+    import tokembed
+
+    text = Path(text_path).read_text(encoding="utf-8")
+    tokembed.get_tokenizer()  # load the vocabulary before measuring (both sides use it)
+    small = len(text) < 100_000
+    out = {}
+    for name, make in (("ours", tokembed.create_dataloader_v1), ("book", book_create_dataloader_v1)):
+        times = []
+        loader = None
+        while len(times) < repeats and (small or sum(times) < 15):  # the best of a few, while they are quick
+            loader = None  # the previous one is freed before measuring the next
+            gc.collect()
+            base = _rss("VmRSS")
+            _reset_peak()
+            start = time.perf_counter()
+            loader = make(text, batch_size=8, max_length=max_length, stride=stride)
+            first = time.perf_counter() - start
+            if not times:  # memory from the first construction (later ones reuse what it freed)
+                out[f"{name}_peak_bytes"] = _rss("VmHWM") - base  # peak during construction, above the start
+                out[f"{name}_held_bytes"] = _rss("VmRSS") - base  # what the loader keeps
+            if small:  # milliseconds: time 20 more constructions together, for a clock-noise-free mean
+                start = time.perf_counter()
+                for _ in range(20):
+                    loader = make(text, batch_size=8, max_length=max_length, stride=stride)
+                first = (time.perf_counter() - start) / 20
+            times.append(first)
+        out[f"{name}_construct_s"] = min(times)
+        if iterate:
+            rates = []
+            epochs = max(1, max_batches // len(loader))  # whole epochs: each pays its shuffle once
+            for _ in range(repeats):
+                torch.manual_seed(0)
+                start, n = time.perf_counter(), 0
+                for _ in range(epochs):
+                    for _batch in loader:
+                        n += 1
+                rates.append(n * 8 * max_length / (time.perf_counter() - start))
+            out[f"{name}_tok_s"] = max(rates)
+        del loader
+        gc.collect()
+    return out
+
+
+def bench_dropin(args) -> list[dict]:
+    big = DATA / f"loader-text-{args.dropin_mb}mb.txt"
+    if not big.exists():
+        big.write_text(corpus_text(DATA / f"corpus-{args.shard_mb}mb.jsonl", args.dropin_mb), encoding="utf-8")
+    rows = []
+    for label, path in (("the-verdict.txt", STORY), (f"{args.dropin_mb} MB corpus text", big)):
+        for max_length, stride in ((256, 128), (4, 4)):
+            iterate = (max_length, stride) == (4, 4)
+            cmd = [sys.executable, __file__, "--dropin-worker", str(path), str(max_length), str(stride), str(int(iterate)),
+                   str(args.repeats), str(args.dropin_batches)]
+            res = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+            row = {"text": label, "max_length": max_length, "stride": stride, **res,
+                   "construct_speedup": res["book_construct_s"] / res["ours_construct_s"],
+                   "memory_ratio": res["ours_peak_bytes"] / max(res["book_peak_bytes"], 1)}
+            if iterate:
+                row["iter_speedup"] = res["ours_tok_s"] / res["book_tok_s"]
+            rows.append(row)
+            print(f"  drop-in {label} {max_length}/{stride}: {row['construct_speedup']:.1f}x construction", file=sys.stderr)
+    return rows
+
+
+# ----------------------------------------------------------------------------------------------- report
+
+
+def report(res: dict) -> str:
+    s = res["shards"]
+    lines = [
+        f"### Shuffled batches from a shard folder ({s['tokens']:,} tokens, {s['shards']} shards; copy {s['copy_GB_s']:.1f} GB/s)",
+        "",
+        "| batch x length | tokembed (M tok/s) | np.copyto limit | nanoGPT get_batch | book DataLoader | vs copy | vs nanoGPT | vs book |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in s["rows"]:
+        lines.append(
+            f"| {r['shape']} | {r['ours_tok_s'] / 1e6:.1f} | {r['copy_tok_s'] / 1e6:.0f} | {r['nanogpt_tok_s'] / 1e6:.1f} | "
+            f"{r['book_tok_s'] / 1e6:.2f} | {r['vs_copy']:.2f}x | {r['vs_nanogpt']:.1f}x | {r['vs_book']:.1f}x |"
+        )
+    lines += ["", f"tokembed at 8 x 1024 vs the book at 8 x 4: {s['ours_8x1024_vs_book_8x4']:.0f}x", ""]
+    lines += [
+        "### The drop-in `create_dataloader_v1` vs the book's code (same process, ours first)",
+        "",
+        "| text | max_length / stride | construction ours / book (s) | speedup | peak memory ours / book (MB) | ratio | iteration 8 x 4 ours / book (M tok/s) | speedup |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in res["dropin"]:
+        it = f"{r['ours_tok_s'] / 1e6:.2f} / {r['book_tok_s'] / 1e6:.2f} | {r['iter_speedup']:.1f}x" if "iter_speedup" in r else "- | -"
+        if r["book_peak_bytes"] < 1e6:  # a few pages: below what RSS can resolve
+            mem = f"{r['ours_peak_bytes'] / 1e6:.2f} / {r['book_peak_bytes'] / 1e6:.2f} | (too small to compare)"
+        else:
+            mem = f"{r['ours_peak_bytes'] / 1e6:.1f} / {r['book_peak_bytes'] / 1e6:.1f} | 1/{r['book_peak_bytes'] / max(r['ours_peak_bytes'], 1):.0f}"
+        lines.append(
+            f"| {r['text']} | {r['max_length']} / {r['stride']} | {r['ours_construct_s']:.3f} / {r['book_construct_s']:.3f} | "
+            f"{r['construct_speedup']:.1f}x | {mem} | {it} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--dropin-worker":
+        path, max_length, stride, iterate, repeats, max_batches = sys.argv[2:8]
+        print(json.dumps(dropin_worker(path, int(max_length), int(stride), bool(int(iterate)), int(repeats), int(max_batches))))
+        return
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true", help="smaller corpus and fewer batches")
+    p.add_argument("--repeats", type=int, default=3)
+    args = p.parse_args()
+    args.shard_mb, args.book_mb, args.dropin_mb = (20, 6, 2) if args.quick else (100, 16, 10)
+    args.copy_mb = 64 if args.quick else 256
+    args.batches = 200 if args.quick else 600
+    args.dropin_batches = 5000 if args.quick else 20000  # at least this many batches of whole epochs
+    DATA.mkdir(parents=True, exist_ok=True)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    res = {"command": " ".join([".venv/bin/python benchmarks/bench_loader.py", *sys.argv[1:]]), "cpu_count": os.cpu_count(),
+           "load_average_at_start": os.getloadavg()}
+    res["shards"] = bench_shards(args)
+    res["dropin"] = bench_dropin(args)
+    res["seconds"] = time.time() - t0
+    table = report(res)
+    print(table)
+    tmp = RESULTS / "loader.json.tmp"
+    tmp.write_text(json.dumps(res, indent=1) + "\n")
+    os.replace(tmp, RESULTS / "loader.json")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,490 @@
+"""Batches of sliding windows: an epoch order by formula, ranks, workers and exact mid-epoch resume.
+
+An epoch is a sequence of *positions* ``0 .. N-1`` (``N`` windows). Position ``p`` holds window
+``perm(p)``, where ``perm`` is a pseudo-random permutation of ``[0, N)`` computed by formula (a keyed
+Feistel network with cycle walking, `FeistelPermutation`), so that no rank ever materialises an
+O(N) permutation: torch's ``DistributedSampler`` builds ``randperm(N).tolist()`` on every rank,
+2.6 GB at 50 M windows; here a batch costs O(batch_size) arithmetic.
+
+Positions are dealt out in *steps* of ``world_size * batch_size``: step ``t`` gives rank ``r`` the
+positions ``[t*W*B + r*B, t*W*B + (r+1)*B)``, and that rank's batch ``t``. DataLoader workers of a
+rank take its batches round-robin (worker ``w`` of ``n`` makes batches ``t = w, w+n, ...``), which
+is the order in which torch's DataLoader hands them back, so the batches do not depend on the
+number of workers.
+
+The tail, fewer than ``W*B`` positions after the last full step, is
+- dropped with ``drop_last=True``: every rank yields ``N // (W*B)`` full batches;
+- shared with ``drop_last=False``: each rank gets ``ceil(R/W)`` of the ``R`` tail positions in one
+  last, shorter batch; positions past ``N-1`` wrap around to the epoch's first windows (the padding,
+  at most ``W-1`` windows, seen twice), so every rank takes the same number of steps.
+
+Each batch is gathered in one vectorized step by `SlidingWindowDataset.gather`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import numbers
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from tokembed._checks import check_positive_int
+from tokembed.windows import SlidingWindowDataset
+
+__all__ = ["FeistelPermutation", "LoaderConfig", "RankPlan", "WindowLoader", "add_rank_plans", "create_dataloader", "rank_plan", "resolve_rank"]
+
+STATE_FORMAT = "tokembed-loader"
+STATE_VERSION = 1
+_PERM_POSITIONS = 65536  # positions permuted per vectorized call (~0.1 us each; 2 MB of temporaries)
+_CHUNK_TOKENS = 65536  # small batches are gathered together up to this many tokens (2 x 512 KiB of int64)
+
+# splitmix64's constants: a cheap, well-mixing 64-bit hash for the Feistel round function.
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+
+
+def _mix64(v: np.ndarray, key: np.uint64) -> np.ndarray:
+    z = v + key + _GOLDEN  # uint64 arrays wrap around silently, as the hash wants
+    z = (z ^ (z >> np.uint64(30))) * _MIX1
+    z = (z ^ (z >> np.uint64(27))) * _MIX2
+    return z ^ (z >> np.uint64(31))
+
+
+class FeistelPermutation:
+    """A pseudo-random permutation of ``[0, n)`` evaluated by formula, O(1) memory.
+
+    A keyed Feistel network is a bijection on ``[0, 2**b)`` for any round function (each round
+    is invertible); ``2**b`` is the smallest power of two >= ``n``. Values that land at or past ``n``
+    are sent through the network again (cycle walking) until they fall inside ``[0, n)``, which keeps
+    it a bijection of ``[0, n)``; as ``2**b < 2n``, under two passes are needed on average.
+
+    Args:
+        n: the size of the domain.
+        seed: any int >= 0; with ``epoch`` it selects the permutation.
+        epoch: a new epoch, a new order.
+        rounds: Feistel rounds. Four rounds of independent random functions make a strong pseudo-random
+            permutation (Luby-Rackoff); here each round is a keyed 64-bit hash (splitmix64's finaliser),
+            plenty for an epoch's order: consecutive positions look unrelated (tested).
+
+    ``perm(positions)`` maps an int64 array of positions to window indices of the same shape.
+    """
+
+    def __init__(self, n: int, *, seed: int, epoch: int, rounds: int = 4) -> None:
+        self.n = int(n)
+        self.bits = max(1, (self.n - 1).bit_length())
+        self.rounds = rounds
+        self.keys = np.random.SeedSequence([int(seed), int(epoch), 0x7E5F]).generate_state(rounds, dtype=np.uint64)
+        b = self.bits
+        self._splits = [(b // 2) if r % 2 == 0 else b - b // 2 for r in range(rounds)]
+
+    def _network(self, x: np.ndarray) -> np.ndarray:
+        b = self.bits
+        for s, key in zip(self._splits, self.keys):
+            s64, rest = np.uint64(s), np.uint64(b - s)
+            hi, lo = x >> s64, x & np.uint64((1 << s) - 1)
+            f = _mix64(lo, key) & np.uint64((1 << (b - s)) - 1)
+            x = (lo << rest) | (hi ^ f)  # the low part moves up, the high part is masked by a hash of it
+        return x
+
+    def __call__(self, positions: np.ndarray) -> np.ndarray:
+        p = np.asarray(positions, dtype=np.int64)
+        if self.n <= 1:
+            return np.zeros_like(p)
+        x = self._network(p.astype(np.uint64).ravel())
+        out = x >= np.uint64(self.n)
+        while out.any():  # cycle walking: at most a few passes over a shrinking subset
+            idx = np.flatnonzero(out)
+            x[idx] = self._network(x[idx])
+            out[idx] = x[idx] >= np.uint64(self.n)
+        return x.astype(np.int64).reshape(p.shape)
+
+
+# ------------------------------------------------------------------------------------------- ranks
+
+
+def resolve_rank(rank: int | None = None, world_size: int | None = None) -> tuple[int, int]:
+    """``(rank, world_size)``: the ones given, else torch.distributed's when initialised, else ``(0, 1)``."""
+    if (rank is None) != (world_size is None):
+        raise ValueError(f"give both rank and world_size or neither, got rank={rank!r}, world_size={world_size!r}")
+    if rank is None:
+        dist = torch.distributed
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank(), dist.get_world_size()
+        return 0, 1
+    world_size = check_positive_int("world_size", world_size)
+    if isinstance(rank, bool) or not isinstance(rank, numbers.Integral):
+        raise TypeError(f"rank must be an integer, got {rank!r} ({type(rank).__name__})")
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} is outside world_size={world_size}: ranks are 0..{world_size - 1}")
+    return int(rank), world_size
+
+
+@dataclass(frozen=True)
+class RankPlan:
+    """How one epoch of ``windows`` is cut into batches for each of ``world_size`` ranks.
+
+    Attributes:
+        windows: windows in the epoch (``N``).
+        batch_size: windows per full batch (``B``).
+        world_size: ranks (``W``).
+        drop_last: drop the tail (< W*B windows) instead of sharing it out.
+        batches: batches per rank per epoch (the same on every rank).
+        full_steps: steps where each rank gets a full batch, ``N // (W*B)``.
+        last_batch_size: windows in each rank's last batch (``B`` unless the tail is shared out).
+        dropped_windows: windows of the epoch no rank sees (``drop_last=True``).
+        padded_windows: windows seen twice to even out the ranks' last batches (``drop_last=False``).
+    """
+
+    windows: int
+    batch_size: int
+    world_size: int
+    drop_last: bool
+    batches: int
+    full_steps: int
+    last_batch_size: int
+    dropped_windows: int
+    padded_windows: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def rank_plan(windows: int, *, batch_size: int, world_size: int = 1, drop_last: bool = True) -> RankPlan:
+    """Batches per rank for an epoch of ``windows`` windows: the arithmetic the loader follows."""
+    batch_size = check_positive_int("batch_size", batch_size)
+    world_size = check_positive_int("world_size", world_size)
+    step = batch_size * world_size
+    full, tail = divmod(int(windows), step)
+    if drop_last or tail == 0:
+        return RankPlan(windows, batch_size, world_size, drop_last, full, full, batch_size if full else 0, tail, 0)
+    share = -(-tail // world_size)  # ceil: every rank's last batch has the same size
+    return RankPlan(windows, batch_size, world_size, drop_last, full + 1, full, share, 0, share * world_size - tail)
+
+
+def add_rank_plans(stats: dict[str, Any], *, world_size: int) -> dict[str, Any]:
+    """Add ``"rank_plan"`` (a `RankPlan` dict) to each split of ``tokembed.shards.shard_stats``'s result.
+
+    ``tokembed stats --world-size`` prints it: the batches each rank's `create_dataloader` yields.
+    """
+    world_size = check_positive_int("world_size", world_size, hint="the number of ranks (processes) sharing each epoch")
+    for split in stats["splits"].values():
+        pl = split.get("plan")
+        if pl is not None:
+            split["rank_plan"] = rank_plan(pl["windows"], batch_size=pl["batch_size"], world_size=world_size, drop_last=pl["drop_last"]).to_dict()
+    return stats
+
+
+# ------------------------------------------------------------------------------------------- batches
+
+
+@dataclass(frozen=True)
+class LoaderConfig:
+    """How a `WindowLoader` cuts and serves batches; validated at construction.
+
+    Attributes:
+        batch_size: windows per batch (``B``).
+        shuffle: a new pseudo-random order each epoch, fixed by ``(seed, epoch)``.
+        seed: selects the orders (int >= 0).
+        drop_last: drop each epoch's tail (< B x world_size windows) instead of sharing it out.
+        num_workers: DataLoader worker processes for this rank (0: gather in this process).
+        pin_memory: copy batches to page-locked memory (when CUDA is available).
+        prefetch_factor: batches each worker prepares ahead (torch's default when None).
+        multiprocessing_context: how workers start (``"fork"``, ``"spawn"``, ...; torch's default when None).
+    """
+
+    batch_size: int
+    shuffle: bool = True
+    seed: int = 0
+    drop_last: bool = True
+    num_workers: int = 0
+    pin_memory: bool = False
+    prefetch_factor: int | None = None
+    multiprocessing_context: str | None = None
+
+    def __post_init__(self) -> None:
+        check_positive_int("batch_size", self.batch_size)
+        if isinstance(self.seed, bool) or not isinstance(self.seed, numbers.Integral) or self.seed < 0:
+            raise ValueError(f"seed must be an integer >= 0, got {self.seed!r}")
+        if isinstance(self.num_workers, bool) or not isinstance(self.num_workers, numbers.Integral) or self.num_workers < 0:
+            raise ValueError(f"num_workers must be an integer >= 0, got {self.num_workers!r}")
+        if self.prefetch_factor is not None:
+            check_positive_int("prefetch_factor", self.prefetch_factor)
+            if self.num_workers == 0:
+                raise ValueError(f"prefetch_factor={self.prefetch_factor} needs num_workers >= 1 (workers prefetch); leave it out or add workers")
+
+
+
+
+class _Epoch:
+    """The arithmetic of one epoch for one rank: which windows make batch ``t``."""
+
+    def __init__(self, n: int, plan: RankPlan, rank: int, *, shuffle: bool, seed: int, epoch: int) -> None:
+        self.n, self.plan, self.rank = n, plan, rank
+        self.perm = FeistelPermutation(n, seed=seed, epoch=epoch) if shuffle else None
+
+    def windows(self, ts: np.ndarray) -> np.ndarray:
+        """Window indices of this rank's full batches ``ts``: (K, B)."""
+        p = self.plan
+        b, w = p.batch_size, p.world_size
+        pos = ts[:, None] * (w * b) + self.rank * b + np.arange(b)  # (K, B) positions of the epoch
+        return pos if self.perm is None else self.perm(pos)
+
+    def tail(self) -> np.ndarray:
+        """Window indices of this rank's shared-out last batch: (last_batch_size,)."""
+        p = self.plan
+        m = p.last_batch_size
+        pos = (p.full_steps * p.world_size * p.batch_size + self.rank * m + np.arange(m)) % self.n  # wraps: padding
+        return pos if self.perm is None else self.perm(pos)
+
+    def chunks(self, ts: range, per_chunk: int) -> Iterator[np.ndarray]:
+        """Window indices of batches ``ts`` (an increasing range), ``per_chunk`` batches at a time: (K, B)."""
+        full = range(ts.start, min(ts.stop, self.plan.full_steps), ts.step)
+        for i in range(0, len(full), per_chunk):
+            yield self.windows(np.asarray(full[i : i + per_chunk], dtype=np.int64))
+        last = self.plan.full_steps
+        if self.plan.batches > last and last in ts:
+            yield self.tail()[None]
+
+
+class _BufferPool:
+    """Output arrays recycled once nothing outside the pool refers to them any more.
+
+    A fresh 512 KiB array costs page faults each time (glibc hands large blocks back to the system);
+    a batch's tensors keep their array alive (``torch.from_numpy``), so an array whose only
+    references are the pool's is free: no batch the caller still holds is ever overwritten.
+    """
+
+    def __init__(self, size: int = 8) -> None:
+        self.size = size
+        self.pairs: list[list[np.ndarray]] = []
+
+    def get(self, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+        for pair in self.pairs:
+            # Free when the only references are the pair list and getrefcount's own argument.
+            if pair[0].shape == shape and sys.getrefcount(pair[0]) == 2 and sys.getrefcount(pair[1]) == 2:
+                return pair[0], pair[1]
+        new = [np.empty(shape, np.int64), np.empty(shape, np.int64)]
+        if len(self.pairs) < self.size:
+            self.pairs.append(new)
+        return new[0], new[1]
+
+
+class _RankBatches(torch.utils.data.IterableDataset):
+    """What each DataLoader worker runs: its share (every n-th batch) of one epoch of one rank."""
+
+    def __init__(self, dataset: SlidingWindowDataset, epoch: _Epoch, start: int) -> None:
+        self.dataset, self.epoch, self.start = dataset, epoch, start
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        info = torch.utils.data.get_worker_info()
+        wid, nw = (0, 1) if info is None else (info.id, info.num_workers)
+        ts = range(self.start + wid, self.epoch.plan.batches, nw)
+        b = self.epoch.plan.batch_size
+        # Small batches are gathered several at a time (one fancy index for up to _CHUNK_TOKENS
+        # tokens), then handed out as contiguous slices of the chunk. Not in workers: a slice sent
+        # to the main process would carry its whole chunk through shared memory.
+        per_chunk = max(1, _CHUNK_TOKENS // (b * self.dataset.max_length)) if info is None else 1
+        # The permutation is evaluated for blocks of positions, small at first (the first batch comes
+        # at once) and doubling up to _PERM_POSITIONS (amortising numpy's per-call overhead).
+        pool = _BufferPool() if info is None else None
+        step = max(1, 1024 // (b * per_chunk)) * per_chunk  # batches per block, a multiple of per_chunk
+        most = max(per_chunk, _PERM_POSITIONS // b // per_chunk * per_chunk)
+        while len(ts):
+            head, ts, step = ts[:step], ts[step:], min(2 * step, most)
+            for block in self.epoch.chunks(head, len(head)):  # (K', B); the shorter last batch apart
+                for i in range(0, len(block), per_chunk):
+                    ks = block[i : i + per_chunk]  # (K, B)
+                    out = None if pool is None else pool.get((ks.size, self.dataset.max_length))
+                    inputs, targets = self.dataset._gather(ks.ravel(), out)  # (K*B, T), (K*B, T)
+                    if len(ks) == 1:
+                        yield inputs, targets
+                    else:
+                        yield from zip(inputs.split(ks.shape[1]), targets.split(ks.shape[1]))  # (B,T), (B,T) each
+
+
+class WindowLoader:
+    """Batches of sliding windows for one rank: shuffled by formula, resumable mid-epoch.
+
+    Iterating yields ``(inputs, targets)``, int64 tensors (batch_size, max_length), for one epoch.
+    An epoch that runs to its end advances the loader to the next epoch; ``set_epoch(e)`` selects
+    one explicitly (as with ``DistributedSampler``). ``state_dict()`` at any point records the epoch
+    and how many batches were handed out; a loader given it with ``load_state_dict`` yields exactly
+    the batches that remained, with any number of workers.
+
+    Build it with `create_dataloader`, or from a dataset and a `LoaderConfig`:
+    ``WindowLoader(dataset, LoaderConfig(batch_size=8), rank=None, world_size=None)``.
+    """
+
+    def __init__(self, dataset: SlidingWindowDataset, config: LoaderConfig, *, rank: int | None = None, world_size: int | None = None) -> None:
+        self.dataset, self.config = dataset, config
+        self.batch_size, self.shuffle, self.seed, self.drop_last = config.batch_size, config.shuffle, config.seed, config.drop_last
+        self.num_workers = config.num_workers
+        self.rank, self.world_size = resolve_rank(rank, world_size)
+        self.plan = rank_plan(len(dataset), batch_size=self.batch_size, world_size=self.world_size, drop_last=self.drop_last)
+        if self.plan.batches == 0:
+            raise ValueError(
+                f"the source gives {len(dataset)} windows, fewer than batch_size={self.batch_size} x world_size={self.world_size}, "
+                "and drop_last=True drops that incomplete step, leaving nothing; use a smaller batch_size, a smaller stride or drop_last=False"
+            )
+        self._epoch = 0
+        self._done = 0  # batches of the current epoch handed out by the live iterator
+        self._resume_at = 0  # where the next iterator starts (set by load_state_dict)
+        self._iter_id = 0
+
+    def __len__(self) -> int:
+        """Batches per epoch on this rank."""
+        return self.plan.batches
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch (its order). The same epoch as now keeps a loaded resume point."""
+        if isinstance(epoch, bool) or not isinstance(epoch, numbers.Integral) or epoch < 0:
+            raise ValueError(f"epoch must be an integer >= 0, got {epoch!r}")
+        if epoch != self._epoch:
+            self._epoch, self._done, self._resume_at = int(epoch), 0, 0
+            self._iter_id += 1  # an iterator of the previous epoch no longer updates the state
+
+    def _epoch_arith(self) -> _Epoch:
+        return _Epoch(len(self.dataset), self.plan, self.rank, shuffle=self.shuffle, seed=self.seed, epoch=self._epoch)
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        start, self._resume_at = self._resume_at, 0
+        self._iter_id += 1
+        self._done = start
+        return self._run(self._iter_id, start)
+
+    def _run(self, my_id: int, start: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        stream = _RankBatches(self.dataset, self._epoch_arith(), start)
+        cfg = self.config
+        if self.num_workers == 0:
+            source: Any = iter(stream)
+        else:
+            kw = {} if cfg.prefetch_factor is None else {"prefetch_factor": cfg.prefetch_factor}
+            source = iter(
+                torch.utils.data.DataLoader(
+                    stream, batch_size=None, num_workers=self.num_workers, pin_memory=cfg.pin_memory,
+                    multiprocessing_context=cfg.multiprocessing_context, **kw,
+                )
+            )
+        pin = cfg.pin_memory and self.num_workers == 0 and torch.cuda.is_available()  # workers pin in their DataLoader
+        for inputs, targets in source:
+            if pin:
+                inputs, targets = inputs.pin_memory(), targets.pin_memory()
+            if my_id == self._iter_id:
+                self._done += 1
+            yield inputs, targets  # (B,T), (B,T)
+        if my_id == self._iter_id:  # the epoch ran to its end: the next pass is the next epoch
+            self._epoch, self._done = self._epoch + 1, 0
+
+    # -- resumable state ---------------------------------------------------------------------------
+
+    def _config(self) -> dict[str, Any]:
+        ds = self.dataset
+        return {
+            "data": ds.fingerprint(), "n_tokens": ds.n_tokens, "windows": len(ds), "max_length": ds.max_length,
+            "stride": ds.stride, "within_documents": ds.within_documents, "batch_size": self.batch_size,
+            "shuffle": self.shuffle, "seed": self.seed, "drop_last": self.drop_last, "world_size": self.world_size,
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where this rank is: ``{"epoch", "batches_done", "config", ...}`` (plain JSON-able values).
+
+        ``batches_done`` counts the batches of the epoch this loader has handed out; batches that
+        workers prefetched but the loop has not received yet are not counted.
+        """
+        done = self._resume_at if self._resume_at else self._done
+        return {"format": STATE_FORMAT, "version": STATE_VERSION, "epoch": self._epoch, "batches_done": done, "config": self._config()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume: the next iteration yields exactly the batches that remained when ``state`` was taken.
+
+        Raises:
+            ValueError: a state from another dataset or other options (names what differs), or not a
+                loader state at all.
+        """
+        if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
+            raise ValueError(f"not a tokembed loader state (format {state.get('format') if isinstance(state, dict) else type(state).__name__!r}); pass what WindowLoader.state_dict() returned")
+        if state.get("version") != STATE_VERSION:
+            raise ValueError(f"loader state version {state.get('version')!r} is not {STATE_VERSION}; it was saved by another tokembed version")
+        mine, theirs = self._config(), state.get("config", {})
+        diff = [k for k in mine if theirs.get(k) != mine[k]]
+        if diff:
+            what = ", ".join(f"{k}={theirs.get(k)!r} (this loader: {mine[k]!r})" for k in diff)
+            other = "another dataset: " if "data" in diff or "n_tokens" in diff else ""
+            raise ValueError(f"the state was saved by a loader over {other}{what}; resume with the same data and options, or start afresh without load_state_dict")
+        epoch, done = state.get("epoch"), state.get("batches_done")
+        if not isinstance(epoch, int) or epoch < 0 or not isinstance(done, int) or not 0 <= done <= self.plan.batches:
+            raise ValueError(f"the state's position (epoch={epoch!r}, batches_done={done!r}) is not within an epoch of {self.plan.batches} batches")
+        self._epoch, self._done, self._resume_at = epoch, done, done
+        self._iter_id += 1
+
+
+def create_dataloader(
+    source,
+    *,
+    batch_size: int,
+    max_length: int | None = None,
+    stride: int | None = None,
+    shuffle: bool = True,
+    seed: int = 0,
+    drop_last: bool = True,
+    num_workers: int = 0,
+    rank: int | None = None,
+    world_size: int | None = None,
+    within_documents: bool = False,
+    split: str = "train",
+    verify: bool = False,
+    pin_memory: bool = False,
+    prefetch_factor: int | None = None,
+    multiprocessing_context: str | None = None,
+) -> WindowLoader:
+    """Batches of the chapter's windows from a shard folder, a token array or a text, at memory speed.
+
+    Args:
+        source: a shard folder (``Path``, or ``str`` of an existing folder), a 1-D token array, a text,
+            or a `SlidingWindowDataset` (then ``max_length``/``stride`` may be left out).
+        batch_size: windows per batch (``B``).
+        max_length: tokens per window (``T``).
+        stride: tokens between window starts; default ``max_length``.
+        shuffle: a new pseudo-random order each epoch, without replacement, fixed by ``(seed, epoch)``.
+        seed: selects the orders (int >= 0).
+        drop_last: drop the tail (< batch_size x world_size windows) of each epoch; else share it out
+            in a last, shorter batch per rank (padded by wrapping around, see the module's notes).
+        num_workers: DataLoader worker processes, each gathering a disjoint part of this rank's batches.
+        rank, world_size: this process's share; default torch.distributed's when initialised, else 0 of 1.
+        within_documents, split, verify: see `SlidingWindowDataset`.
+        pin_memory, prefetch_factor, multiprocessing_context: passed to the workers' DataLoader.
+
+    Returns:
+        A `WindowLoader`: iterate for ``(inputs, targets)``, int64 (B, T) each; ``len()``, ``set_epoch``,
+        ``state_dict``, ``load_state_dict``.
+
+    Raises:
+        ValueError: sizes below 1, a rank outside world_size, a source too short for one window or for
+            one step of batch_size x world_size windows with drop_last, a damaged shard folder.
+    """
+    # Options first: a bad one is reported before a text is tokenized or shards are opened.
+    config = LoaderConfig(
+        batch_size=batch_size, shuffle=bool(shuffle), seed=seed, drop_last=bool(drop_last), num_workers=num_workers,
+        pin_memory=bool(pin_memory), prefetch_factor=prefetch_factor, multiprocessing_context=multiprocessing_context,
+    )
+    resolve_rank(rank, world_size)
+    if isinstance(source, SlidingWindowDataset):
+        for name, value in (("max_length", max_length), ("stride", stride)):
+            if value is not None and value != getattr(source, name):
+                raise ValueError(f"{name}={value} differs from the dataset's {name}={getattr(source, name)}; leave it out or build the dataset with it")
+        dataset = source
+    else:
+        if max_length is None:
+            raise TypeError("create_dataloader() needs max_length (tokens per window), e.g. max_length=256")
+        dataset = SlidingWindowDataset(source, max_length=max_length, stride=stride, within_documents=within_documents, split=split, verify=verify)
+    return WindowLoader(dataset, config, rank=rank, world_size=world_size)
