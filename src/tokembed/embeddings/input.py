@@ -1,4 +1,9 @@
-"""The input of the model: token embedding + positional embedding, as in the chapter."""
+"""The input of the model: token embedding + positional embedding, as in the chapter.
+
+``positional`` names the scheme (see ``tokembed.embeddings.registry``). The chapter's learned
+table and the sinusoidal one are added here; the other schemes act inside attention, and then
+this module returns the token embeddings alone.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,7 @@ import torch
 from torch import nn
 
 from tokembed._checks import check_positive_int, check_probability
-from tokembed.embeddings.absolute import LearnedPositionalEmbedding
+from tokembed.embeddings.registry import input_positional, positional_scheme
 from tokembed.embeddings.token import TokenEmbedding
 
 
@@ -19,23 +24,61 @@ class InputEmbedding(nn.Module):
     Args:
         vocab_size: rows of the token table.
         dim: the embedding width.
-        context_length: the longest sequence the position table covers.
+        context_length: the longest sequence the position table covers (learned positions);
+            the other schemes read sequences of any length.
         dropout: dropout on the sum (GPT-2 uses 0.1 while training).
+        positional: ``"learned"`` (the chapter's), ``"sinusoidal"``, or a scheme that acts
+            inside attention (``"rope"``, ``"alibi"``, ``"t5"``, ``"shaw"``, ``"none"``), for
+            which nothing is added here.
     """
 
-    def __init__(self, vocab_size: int, dim: int, context_length: int, *, dropout: float = 0.0) -> None:
+    def __init__(self, vocab_size: int, dim: int, context_length: int, *, dropout: float = 0.0, positional: str = "learned") -> None:
         super().__init__()
+        self.scheme = positional_scheme(positional)
         self.token = TokenEmbedding(vocab_size, dim)
-        self.position = LearnedPositionalEmbedding(context_length, dim)
+        self.position = input_positional(positional, context_length=context_length, dim=dim)  # None when positions act in attention
         self.dropout = nn.Dropout(check_probability("dropout", dropout))
         self.context_length = check_positive_int("context_length", context_length)
 
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+    @property
+    def positional(self) -> str:
+        return self.scheme.name
+
+    def forward(
+        self, ids: torch.Tensor, *, position_ids: torch.Tensor | None = None, offset: int = 0, return_positions: bool = False
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """Embed ``ids``.
+
+        Args:
+            ids: (B, T) token ids.
+            position_ids: (T,) or (B, T) positions; default ``offset, ..., offset + T - 1``.
+            offset: the first position when ``position_ids`` is not given (e.g. after a cache).
+            return_positions: also return the position ids used (for schemes inside attention).
+
+        Returns:
+            (B, T, dim), and the (T,) or (B, T) position ids if ``return_positions``.
+        """
         tok = self.token(ids)  # (B,T) -> (B,T,D); checks the ids' type and range first
         if ids.dim() != 2:
             raise ValueError(f"ids must have shape (batch, seq_len), got shape {tuple(ids.shape)}; add a batch dimension with ids.unsqueeze(0)")
-        T = ids.shape[1]
-        if T > self.context_length:
-            raise ValueError(f"sequence length {T} exceeds context_length {self.context_length}; use windows of at most {self.context_length} tokens or a larger context_length")
-        pos = self.position(torch.arange(T, device=ids.device))  # (T,D)
-        return self.dropout(tok + pos)  # (B,T,D) + (T,D) -> (B,T,D)
+        B, T = ids.shape
+        if position_ids is None:
+            if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+                raise ValueError(f"offset must be an integer >= 0, got {offset!r}")
+            if self.scheme.bounded and offset + T > self.context_length:
+                if offset:
+                    raise ValueError(f"positions {offset}..{offset + T - 1} exceed context_length {self.context_length} of the learned position table; crop the context to the last {self.context_length} tokens")
+                raise ValueError(f"sequence length {T} exceeds context_length {self.context_length}; use windows of at most {self.context_length} tokens or a larger context_length")
+            position_ids = torch.arange(offset, offset + T, device=ids.device)  # (T,)
+        else:
+            if not isinstance(position_ids, torch.Tensor) or position_ids.dtype.is_floating_point or position_ids.dtype == torch.bool:
+                raise TypeError(f"position_ids must be an integer tensor, got {getattr(position_ids, 'dtype', type(position_ids).__name__)}")
+            if position_ids.shape not in ((T,), (B, T)):
+                raise ValueError(f"position_ids must have shape ({T},) or ({B}, {T}) to match ids {tuple(ids.shape)}, got {tuple(position_ids.shape)}")
+            if position_ids.numel() and position_ids.min().item() < 0:
+                raise ValueError(f"position ids must be >= 0, got {position_ids.min().item()}")
+        x = tok
+        if self.position is not None:
+            x = tok + self.position(position_ids)  # (B,T,D) + (T,D) or (B,T,D) -> (B,T,D)
+        x = self.dropout(x)
+        return (x, position_ids) if return_positions else x

@@ -1,0 +1,298 @@
+"""A small GPT-2-style decoder that is given its positional scheme.
+
+    ids (B,T) -> InputEmbedding (tokens [+ positions]) -> n_layers x Block -> LayerNorm -> head -> logits (B,T,V)
+    Block: x + attn(ln1(x)) then x + mlp(ln2(x))   (pre-norm, as GPT-2)
+
+The positional scheme is one name (``GPTConfig.positional``): schemes added to the input live
+in the embedding, the others are one module handed to every attention layer (one per layer for
+Shaw, whose tables are per layer). Input and output embeddings are tied by default: the head's
+weight *is* the token table (one tensor), as in GPT-2.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from tokembed._checks import check_index_tensor, check_positive_int, check_probability
+from tokembed.attention import CausalSelfAttention, KVCache
+from tokembed.embeddings.input import InputEmbedding
+from tokembed.embeddings.registry import attention_positional, positional_scheme
+from tokembed.embeddings.rotary import ROPE_SCALINGS
+from tokembed.loss import linear_cross_entropy
+
+__all__ = ["GPT", "GPTConfig", "KVCache"]
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    """The shape of a GPT. Defaults: a tiny model that learns on a CPU in minutes.
+
+    Attributes:
+        vocab_size: token table rows (50,257: GPT-2's BPE).
+        context_length: the training context. The learned table has this many rows and the
+            model cannot read further; the other schemes can be run on longer sequences.
+        dim: model width D (GPT-2 small: 768).
+        n_layers: transformer blocks.
+        n_heads: attention heads; must divide ``dim``.
+        dropout: on embeddings, attention weights and residual branches.
+        positional: ``learned``, ``sinusoidal``, ``rope``, ``alibi``, ``t5``, ``shaw`` or ``none``.
+        tie_embeddings: share the token table with the output head (GPT-2 does).
+        bias: biases in the linear layers (GPT-2 has them).
+        rope_base, rope_scaling, rope_factor: RoPE's frequency base and long-context scaling
+            (None, ``"linear"`` position interpolation, ``"ntk"``) by ``rope_factor`` >= 1.
+        t5_num_buckets, t5_max_distance: T5's buckets (32 and 128 in T5).
+        shaw_max_distance: Shaw's clipping distance k (16 in the paper).
+    """
+
+    vocab_size: int = 50257
+    context_length: int = 128
+    dim: int = 64
+    n_layers: int = 2
+    n_heads: int = 4
+    dropout: float = 0.0
+    positional: str = "learned"
+    tie_embeddings: bool = True
+    bias: bool = True
+    rope_base: float = 10000.0
+    rope_scaling: str | None = None
+    rope_factor: float = 1.0
+    t5_num_buckets: int = 32
+    t5_max_distance: int = 128
+    shaw_max_distance: int = 16
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "context_length", "dim", "n_layers", "n_heads", "t5_num_buckets", "t5_max_distance", "shaw_max_distance"):
+            check_positive_int(name, getattr(self, name))
+        check_probability("dropout", self.dropout)
+        positional_scheme(self.positional)
+        if self.dim % self.n_heads:
+            raise ValueError(f"n_heads={self.n_heads} does not divide dim={self.dim}; choose n_heads among the divisors of dim or change dim")
+        head_dim = self.dim // self.n_heads
+        if self.positional == "rope" and head_dim % 2:
+            raise ValueError(f"rope needs an even head width, got dim/n_heads = {self.dim}/{self.n_heads} = {head_dim}; change dim or n_heads")
+        if self.positional == "sinusoidal" and self.dim % 2:
+            raise ValueError(f"sinusoidal positions need an even dim, got {self.dim}")
+        if self.rope_scaling is not None and self.rope_scaling not in ROPE_SCALINGS:
+            raise ValueError(f"rope_scaling must be None, 'linear' or 'ntk', got {self.rope_scaling!r}")
+        if not isinstance(self.rope_factor, (int, float)) or self.rope_factor < 1:
+            raise ValueError(f"rope_factor must be >= 1, got {self.rope_factor!r}")
+        if not isinstance(self.tie_embeddings, bool) or not isinstance(self.bias, bool):
+            raise TypeError("tie_embeddings and bias must be True or False")
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.n_heads
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> GPTConfig:
+        """Build from a dict (e.g. a checkpoint's ``config.json``), naming unknown keys."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"unknown GPTConfig fields {unknown}; known fields: {sorted(known)}")
+        return cls(**d)
+
+
+class MLP(nn.Module):
+    """D -> 4D -> GELU (tanh approximation, as GPT-2) -> D. Shapes: (B, T, D) -> (B, T, D)."""
+
+    def __init__(self, dim: int, *, dropout: float, bias: bool) -> None:
+        super().__init__()
+        self.fc = nn.Linear(dim, 4 * dim, bias=bias)
+        self.proj = nn.Linear(4 * dim, dim, bias=bias)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.dropout(self.proj(F.gelu(self.fc(x), approximate="tanh")))
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block. Shapes: (B, T, D) -> (B, T, D)."""
+
+    def __init__(self, config: GPTConfig, positional: nn.Module | None, *, shared_positional: bool = False) -> None:
+        super().__init__()
+        self.ln1 = nn.LayerNorm(config.dim, bias=config.bias)
+        self.attn = CausalSelfAttention(
+            config.dim, config.n_heads, dropout=config.dropout, positional=positional, bias=config.bias, shared_positional=shared_positional
+        )
+        self.ln2 = nn.LayerNorm(config.dim, bias=config.bias)
+        self.mlp = MLP(config.dim, dropout=config.dropout, bias=config.bias)
+
+    def forward(self, x: torch.Tensor, position_ids: torch.Tensor, *, cache: KVCache | None, layer: int) -> torch.Tensor:
+        x = x + self.attn(self.ln1(x), position_ids, cache=cache, layer=layer)
+        return x + self.mlp(self.ln2(x))
+
+
+class GPT(nn.Module):
+    """A GPT-2-style decoder (see the module docstring).
+
+    Weights start as GPT-2's: every linear and embedding weight N(0, 0.02), biases 0, and the
+    projections that end a residual branch (``attn.proj``, ``mlp.proj``) N(0, 0.02/sqrt(2 n_layers)),
+    so the residual stream's variance does not grow with depth.
+
+    State dict keys: ``embed.token.weight`` (V, D), ``embed.position.weight`` (C, D) when
+    ``positional == "learned"``, ``positional.bias.weight`` (buckets, H) for T5 (one table for all
+    layers), ``blocks.{i}....`` (with ``blocks.{i}.attn.positional.key/value`` for Shaw), ``norm.*``,
+    and ``head.weight`` (the token table itself when tied).
+    """
+
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        if not isinstance(config, GPTConfig):
+            raise TypeError(f"config must be a GPTConfig, got {type(config).__name__}")
+        self.config = config
+        c = config
+        self.embed = InputEmbedding(c.vocab_size, c.dim, c.context_length, dropout=c.dropout, positional=c.positional)
+        options = dict(
+            n_heads=c.n_heads, head_dim=c.head_dim, rope_base=c.rope_base, rope_scaling=c.rope_scaling, rope_factor=c.rope_factor,
+            t5_num_buckets=c.t5_num_buckets, t5_max_distance=c.t5_max_distance, shaw_max_distance=c.shaw_max_distance,
+        )
+        if positional_scheme(c.positional).per_layer:  # Shaw: each layer its own tables
+            self.positional = None
+            self.blocks = nn.ModuleList(Block(c, attention_positional(c.positional, **options)) for _ in range(c.n_layers))
+        else:  # one module for all layers (T5's table is shared, as in T5), stored once as `positional.*`
+            self.positional = attention_positional(c.positional, **options)
+            self.blocks = nn.ModuleList(Block(c, self.positional, shared_positional=True) for _ in range(c.n_layers))
+        self.norm = nn.LayerNorm(c.dim, bias=c.bias)
+        self.head = nn.Linear(c.dim, c.vocab_size, bias=False)
+        self.apply(self._init_weights)
+        for name, p in self.named_parameters():
+            if name.endswith(("attn.proj.weight", "mlp.proj.weight")):
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * c.n_layers))
+        if c.tie_embeddings:
+            self.head.weight = self.embed.token.weight  # one tensor: gradients from both uses add up
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    @property
+    def max_length(self) -> int | None:
+        """The longest sequence the model can read: ``context_length`` for learned positions, else None (no limit)."""
+        return self.config.context_length if positional_scheme(self.config.positional).bounded else None
+
+    def num_parameters(self) -> int:
+        """Trainable parameters, counting a tied table once."""
+        return sum(p.numel() for p in self.parameters())  # parameters() yields a shared tensor once
+
+    def hidden(self, ids: torch.Tensor, *, position_ids: torch.Tensor | None = None, offset: int = 0, cache: KVCache | None = None) -> torch.Tensor:
+        """The final (normalised) hidden states: ids (B, T) -> (B, T, D). Arguments as ``forward``."""
+        if cache is not None and position_ids is None and offset == 0:
+            offset = cache.length
+        x, position_ids = self.embed(ids, position_ids=position_ids, offset=offset, return_positions=True)  # (B,T,D), (T,)|(B,T)
+        for i, block in enumerate(self.blocks):
+            x = block(x, position_ids, cache=cache, layer=i)
+        if cache is not None:
+            cache.length += ids.shape[1]
+        return self.norm(x)  # (B,T,D)
+
+    def forward(self, ids: torch.Tensor, *, position_ids: torch.Tensor | None = None, offset: int = 0, cache: KVCache | None = None) -> torch.Tensor:
+        """Next-token logits.
+
+        Args:
+            ids: (B, T) token ids.
+            position_ids: (T,) or (B, T) position of each token; default ``offset .. offset+T-1``.
+                Restart them at document boundaries to give each document its own positions.
+            offset: the first position when ``position_ids`` is not given (default: the number of
+                tokens already in ``cache``, else 0).
+            cache: a ``KVCache`` to read earlier keys/values from and append this call's to.
+
+        Returns:
+            (B, T, vocab_size) float logits.
+        """
+        return self.head(self.hidden(ids, position_ids=position_ids, offset=offset, cache=cache))  # (B,T,D) -> (B,T,V)
+
+    def loss(self, ids: torch.Tensor, targets: torch.Tensor, *, reduction: str = "mean", **kwargs) -> torch.Tensor:
+        """Cross-entropy of the next-token predictions: ids, targets (B, T) -> scalar.
+
+        Equal to ``F.cross_entropy(model(ids).flatten(0, 1), targets.flatten())`` but computed in
+        chunks without storing the (B*T, V) logits (see ``tokembed.loss``): about 2x faster for the
+        output layer on a CPU. ``reduction="sum"`` gives the summed loss (no gradient; evaluation).
+        """
+        if targets.shape != ids.shape:
+            raise ValueError(f"targets must have the shape of ids {tuple(ids.shape)}, got {tuple(targets.shape)}")
+        check_index_tensor("target id", targets, self.config.vocab_size, what="the vocabulary")
+        h = self.hidden(ids, **kwargs)  # (B,T,D)
+        return linear_cross_entropy(h.flatten(0, 1), self.head.weight, targets.flatten(), reduction=reduction)
+
+    def new_cache(self) -> KVCache:
+        return KVCache(self.config.n_layers)
+
+    @torch.no_grad()
+    def generate(
+        self,
+        ids: torch.Tensor,
+        max_new_tokens: int,
+        *,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        generator: torch.Generator | None = None,
+        use_cache: bool = True,
+    ) -> torch.Tensor:
+        """Sample ``max_new_tokens`` tokens after ``ids``.
+
+        With learned positions the model reads at most ``context_length`` tokens: the context is
+        cropped to the last ``context_length`` (and the cache dropped, since positions shift).
+        The other schemes keep extending the context, one cached token per step.
+
+        Args:
+            ids: (B, T) prompt ids.
+            max_new_tokens: how many tokens to add.
+            temperature: divides the logits; 0 means greedy (argmax).
+            top_k: sample among the k most likely tokens only.
+            generator: a ``torch.Generator`` for reproducible sampling.
+            use_cache: reuse keys and values of earlier tokens (same result, faster).
+
+        Returns:
+            (B, T + max_new_tokens) ids.
+        """
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
+        if not temperature >= 0:
+            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature!r}")
+        if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
+            raise ValueError(f"top_k must be an integer >= 1 or None, got {top_k!r}")
+        was_training = self.training
+        self.eval()
+        try:
+            limit = self.max_length
+            out = ids
+            cache = self.new_cache() if use_cache and (limit is None or ids.shape[1] <= limit) else None
+            logits = self(out if limit is None else out[:, -limit:], cache=cache)[:, -1]  # (B,V)
+            for step in range(max_new_tokens):
+                nxt = _sample(logits, temperature, top_k, generator)  # (B,1)
+                out = torch.cat((out, nxt), dim=1)
+                if step == max_new_tokens - 1:
+                    break
+                if cache is not None and (limit is None or out.shape[1] <= limit):
+                    logits = self(nxt, cache=cache)[:, -1]
+                else:
+                    cache = None  # cropped: every position shifts, earlier keys are stale
+                    logits = self(out if limit is None else out[:, -limit:])[:, -1]
+            return out
+        finally:
+            self.train(was_training)
+
+
+def _sample(logits: torch.Tensor, temperature: float, top_k: int | None, generator: torch.Generator | None) -> torch.Tensor:
+    """(B, V) logits -> (B, 1) ids."""
+    if temperature == 0:
+        return logits.argmax(dim=-1, keepdim=True)
+    logits = logits / temperature
+    if top_k is not None:
+        kth = torch.topk(logits, min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]  # (B,1)
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    return torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator)
