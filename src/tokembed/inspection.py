@@ -1,0 +1,627 @@
+"""Questions about an embedding table: neighbours, analogies, similarity, a text's tokens, positions.
+
+Works on any (V, D) table: a ``tokembed train`` checkpoint, an exported ``.npy``/``.safetensors``
+table, or GPT-2's own ``wte``/``wpe`` (see ``tokembed.gpt2_weights``). numpy and torch only: the
+pictures live in ``tokembed.plot``.
+
+How a query is turned into a vector:
+
+* an ``int`` is a token id: its row.
+* a ``str`` is encoded by the table's tokenizer **exactly as written**. GPT-2's BPE has separate
+  tokens for a word at the start of a text and for the same word after a space: ``"king"`` is
+  id 3364 and ``" king"`` is id 5822, and inside running text almost every word is the second kind.
+  ``"<|endoftext|>"`` is the special token.
+* a word of several tokens is the **mean of its tokens' vectors** (the raw rows, before any
+  normalisation); every one of its tokens is then left out of its neighbours, as gensim leaves
+  out the query words.
+* a table without a tokenizer but with labels looks words up in its labels, exactly.
+
+Similarity is always cosine similarity.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import json
+import math
+import numbers
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+__all__ = [
+    "CHECKPOINT_FORMAT",
+    "EXPORT_FORMAT",
+    "EmbeddingTable",
+    "Neighbour",
+    "TokenRow",
+    "gpt2_byte_spelling",
+    "load_table",
+    "project_2d",
+    "token_counts",
+]
+
+PROJECTIONS = ("pca", "tsne")
+
+CHECKPOINT_FORMAT = "tokembed-checkpoint"  # config.json "format" of `tokembed train` checkpoints
+EXPORT_FORMAT = "tokembed-embeddings"  # safetensors metadata "format" of `tokembed export` tables
+# Positional schemes whose per-position vectors form a table (the others act inside attention).
+ABSOLUTE_POSITIONALS = ("learned", "sinusoidal")
+
+
+@dataclass(frozen=True)
+class Neighbour:
+    """One answer of a similarity query: a token, its label and its cosine similarity."""
+
+    id: int
+    token: str
+    score: float
+
+
+@dataclass(frozen=True)
+class TokenRow:
+    """One token of a text: where it is, its id, its text and the norm of its embedding."""
+
+    position: int
+    id: int
+    token: str
+    norm: float
+
+
+@functools.lru_cache(maxsize=1)
+def _byte_to_unicode() -> dict[int, str]:
+    # GPT-2's encoder.json spelling (bytes_to_unicode in OpenAI's encoder.py): printable bytes stand for
+    # themselves, the others (space, newline, ...) are shifted to code points 256+, e.g. space -> "Ġ".
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    table, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            table[b] = chr(b)
+        else:
+            table[b] = chr(256 + extra)
+            extra += 1
+    return table
+
+
+def gpt2_byte_spelling(token: bytes) -> str:
+    """Spell a token's bytes as GPT-2's ``encoder.json`` does: no whitespace, one string per token.
+
+    Example:
+        >>> gpt2_byte_spelling(b" king"), gpt2_byte_spelling(b"\\n")
+        ('Ġking', 'Ċ')
+    """
+    m = _byte_to_unicode()
+    return "".join(m[b] for b in token)
+
+
+def _resolve_tokenizer(tokenizer):
+    if tokenizer is None or not isinstance(tokenizer, str):
+        return tokenizer
+    if tokenizer == "none":  # a table whose rows are only ids
+        return None
+    from tokembed.tokenizer import get_tokenizer
+
+    return get_tokenizer(tokenizer)
+
+
+def _as_table_tensor(name: str, value) -> torch.Tensor:
+    if isinstance(value, np.ndarray):
+        value = torch.from_numpy(np.ascontiguousarray(value))
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{name} must be a (rows, dim) torch.Tensor or numpy array, got {type(value).__name__}")
+    if value.ndim != 2 or value.shape[0] < 1 or value.shape[1] < 1:
+        raise ValueError(f"{name} must have shape (rows, dim) with rows, dim >= 1, got shape {tuple(value.shape)}")
+    if not value.dtype.is_floating_point:
+        raise TypeError(f"{name} must hold floating-point numbers, got dtype {value.dtype}; convert with .float()")
+    value = value.detach().to("cpu", torch.float32)
+    if not torch.isfinite(value).all():
+        bad = int((~torch.isfinite(value)).any(dim=1).nonzero()[0])
+        raise ValueError(f"{name} row {bad} holds NaN or infinity; the table is damaged (did training diverge?)")
+    return value.contiguous()
+
+
+@dataclass(frozen=True, eq=False)
+class EmbeddingTable:
+    """A token embedding table with what is needed to label its rows, and optional position vectors.
+
+    Args:
+        tokens: (V, D) the token vectors, row ``i`` for token id ``i``.
+        tokenizer: a ``tiktoken.Encoding`` or its name (``"gpt2"``) to turn words into ids and ids
+            into text; ``None`` for a table without one.
+        labels: V labels, used instead of a tokenizer (e.g. the words of a word-level vocabulary).
+        positions: (P, D) the absolute position vectors (learned or sinusoidal), if any.
+        positional: the checkpoint's positional scheme ("learned", "sinusoidal", "rope", ...).
+        source: where the table came from, for messages and reports.
+    """
+
+    tokens: torch.Tensor
+    tokenizer: object = None
+    labels: Sequence[str] | None = None
+    positions: torch.Tensor | None = None
+    positional: str = "none"
+    source: str = ""
+    _label_index: dict = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tokens", _as_table_tensor("the token table", self.tokens))
+        object.__setattr__(self, "tokenizer", _resolve_tokenizer(self.tokenizer))
+        if self.positions is not None:
+            pos = _as_table_tensor("the position table", self.positions)
+            if pos.shape[1] != self.dim:
+                raise ValueError(f"the position table has shape {tuple(pos.shape)} but the token table {tuple(self.tokens.shape)}; their widths (dim) must match")
+            object.__setattr__(self, "positions", pos)
+            if self.positional == "none":
+                object.__setattr__(self, "positional", "learned")
+        if self.labels is not None:
+            labels = tuple(str(x) for x in self.labels)
+            if len(labels) != self.vocab_size:
+                raise ValueError(f"{len(labels)} labels given for a table of {self.vocab_size} rows; give one label per row")
+            object.__setattr__(self, "labels", labels)
+            index: dict[str, int] = {}
+            for i, lab in enumerate(labels):
+                index.setdefault(lab, i)
+            object.__setattr__(self, "_label_index", index)
+
+    # ----------------------------------------------------------------- basics
+    @property
+    def vocab_size(self) -> int:
+        return self.tokens.shape[0]
+
+    @property
+    def dim(self) -> int:
+        return self.tokens.shape[1]
+
+    @functools.cached_property
+    def unit(self) -> torch.Tensor:
+        """(V, D) the rows scaled to unit length (a zero row stays zero)."""
+        return self.tokens / self.tokens.norm(dim=1, keepdim=True).clamp_min(1e-12)
+
+    @functools.cached_property
+    def norms(self) -> torch.Tensor:
+        """(V,) the Euclidean norm of every token vector."""
+        return self.tokens.norm(dim=1)
+
+    def check_id(self, token_id) -> int:
+        """Return ``token_id`` as an int if it indexes a row, else raise naming it."""
+        if isinstance(token_id, bool) or not isinstance(token_id, numbers.Integral):
+            raise TypeError(f"a token id must be an integer, got {token_id!r} ({type(token_id).__name__})")
+        if not 0 <= token_id < self.vocab_size:
+            raise ValueError(f"token id {token_id} is outside the table's vocabulary (size {self.vocab_size}): valid ids are 0..{self.vocab_size - 1}")
+        return int(token_id)
+
+    def label(self, token_id: int) -> str:
+        """The readable text of a token (bytes that are not whole UTF-8 characters shown as ``\\xNN``)."""
+        token_id = self.check_id(token_id)
+        if self.labels is not None:
+            return self.labels[token_id]
+        if self.tokenizer is not None and token_id < self.tokenizer.n_vocab:
+            return self.tokenizer.decode_single_token_bytes(token_id).decode("utf-8", errors="backslashreplace")
+        return f"<id {token_id}>"
+
+    def key(self, token_id: int) -> str:
+        """A label without whitespace, unique per row, for file formats that split on whitespace.
+
+        GPT-2 tokens use ``encoder.json``'s spelling (``" king"`` -> ``"Ġking"``); labels are
+        used as they are; rows without either are ``<id N>`` written ``<id_N>``.
+        """
+        token_id = self.check_id(token_id)
+        if self.labels is not None:
+            return self.labels[token_id]
+        if self.tokenizer is not None and token_id < self.tokenizer.n_vocab:
+            if token_id in self._special_ids:
+                return self.tokenizer.decode_single_token_bytes(token_id).decode("utf-8")
+            return gpt2_byte_spelling(self.tokenizer.decode_single_token_bytes(token_id))
+        return f"<id_{token_id}>"
+
+    @functools.cached_property
+    def _special_ids(self) -> frozenset[int]:
+        return frozenset(self.tokenizer._special_tokens.values()) if self.tokenizer is not None else frozenset()
+
+    # --------------------------------------------------------------- queries
+    def ids(self, word: str) -> list[int]:
+        """The token ids that represent ``word`` (see the module docstring for the rule)."""
+        if not isinstance(word, str):
+            raise TypeError(f"a word must be a str, got {word!r} ({type(word).__name__})")
+        if word == "":
+            raise ValueError("the empty string is not a word; give at least one character")
+        if self.labels is not None:
+            if word in self._label_index:
+                return [self._label_index[word]]
+            close = difflib.get_close_matches(word, list(self._label_index), n=3)
+            hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+            raise ValueError(f"word {word!r} is not in the table's vocabulary ({self.vocab_size} labels){hint}")
+        if self.tokenizer is None:
+            raise ValueError(f"this table ({self.source or 'no source'}) has no tokenizer nor labels, so word {word!r} cannot be looked up; give token ids, or load it with tokenizer='gpt2'")
+        special = self.tokenizer._special_tokens
+        ids = [special[word]] if word in special else self.tokenizer.encode_ordinary(word)
+        for i in ids:
+            if i >= self.vocab_size:
+                raise ValueError(
+                    f"word {word!r} encodes to token id {i}, outside the table's vocabulary (size {self.vocab_size}); "
+                    "was the table trained with another tokenizer or a smaller vocab_size?"
+                )
+        return ids
+
+    def vector(self, query) -> torch.Tensor:
+        """(D,) the vector of a token id, a word, or a given (D,) vector."""
+        return self._resolve(query)[0]
+
+    def _resolve(self, query) -> tuple[torch.Tensor, list[int]]:
+        """(D,) vector and the ids it was made of (to exclude from answers)."""
+        if isinstance(query, (torch.Tensor, np.ndarray)) and getattr(query, "ndim", 0) == 1:
+            v = torch.as_tensor(query, dtype=torch.float32)
+            if v.shape[0] != self.dim:
+                raise ValueError(f"a query vector must have {self.dim} values (the table's dim), got {v.shape[0]}")
+            return v, []
+        if isinstance(query, str):
+            ids = self.ids(query)
+            return self.tokens[ids].mean(dim=0), ids  # (n,D) -> (D,): a multi-token word is the mean of its tokens
+        if isinstance(query, numbers.Integral) and not isinstance(query, bool):
+            i = self.check_id(query)
+            return self.tokens[i], [i]
+        raise TypeError(f"a query must be a token id (int), a word (str) or a ({self.dim},) vector, got {query!r} ({type(query).__name__})")
+
+    def _top(self, scores: torch.Tensor, exclude: Iterable[int], topn: int) -> list[Neighbour]:
+        # scores (V,) is a fresh product that this function may overwrite (no copy: it is V floats per query)
+        if isinstance(topn, bool) or not isinstance(topn, numbers.Integral) or topn < 1:
+            raise ValueError(f"topn must be an integer >= 1, got {topn!r}")
+        excluded = sorted(set(exclude))
+        if excluded:
+            scores[excluded] = -math.inf
+        k = min(int(topn), self.vocab_size - len(excluded))
+        values, idx = torch.topk(scores, k)
+        return [Neighbour(int(i), self.label(int(i)), float(v)) for v, i in zip(values, idx)]
+
+    def neighbours(self, query, *, topn: int = 10) -> list[Neighbour]:
+        """The ``topn`` tokens closest to ``query`` by cosine similarity, best first.
+
+        Args:
+            query: a token id, a word (a multi-token word is the mean of its tokens) or a (D,) vector.
+            topn: how many to return.
+
+        Returns:
+            Neighbours, the query's own tokens left out.
+        """
+        return self.most_similar(positive=[query], topn=topn)
+
+    def neighbours_many(self, queries: Sequence, *, topn: int = 10, batch_size: int = 256) -> list[list[Neighbour]]:
+        """``[neighbours(q, topn=topn) for q in queries]``, computed as one matrix product per batch.
+
+        A (B, D) @ (D, V) product reads the table once for ``batch_size`` queries, where one query
+        at a time reads all of it (V x D floats) per query: about 10x faster for many queries.
+        """
+        resolved = [self._resolve(q) for q in queries]
+        out: list[list[Neighbour]] = []
+        for start in range(0, len(resolved), batch_size):
+            chunk = resolved[start : start + batch_size]
+            q = torch.stack([v / v.norm().clamp_min(1e-12) for v, _ in chunk])  # (B,D)
+            scores = q @ self.unit.T  # (B,D) @ (D,V) -> (B,V)
+            out.extend(self._top(row, ids, topn) for row, (_, ids) in zip(scores, chunk))
+        return out
+
+    def most_similar(self, positive=(), negative=(), *, topn: int = 10) -> list[Neighbour]:
+        """Analogies as gensim's ``KeyedVectors.most_similar`` computes them.
+
+        Each word or id is turned into a unit vector, weighted +1 (positive) or -1 (negative),
+        averaged and normalised again; tokens are ranked by cosine similarity to that mean, the
+        input words' tokens left out. ``most_similar(positive=[" king", " woman"], negative=[" man"])``
+        asks "man is to king as woman is to ?". A given (D,) vector is used as it is, not normalised,
+        and a ``(query, weight)`` pair replaces the default weight, as in gensim.
+        """
+        single = (str, numbers.Integral, torch.Tensor, np.ndarray)
+        if isinstance(positive, single):
+            positive = [positive]
+        if isinstance(negative, single):
+            negative = [negative]
+        parts, exclude = [], []
+        for default, queries in ((1.0, positive), (-1.0, negative)):
+            for q in queries:
+                weight = default
+                if isinstance(q, tuple) and len(q) == 2 and isinstance(q[1], numbers.Real):
+                    q, weight = q[0], float(q[1])  # gensim's (key, weight): the weight replaces +1/-1
+                v, ids = self._resolve(q)
+                if ids:  # a word or id: unit length first, as gensim's get_vector(key, norm=True)
+                    v = v / v.norm().clamp_min(1e-12)
+                parts.append(weight * v)
+                exclude.extend(ids)
+        if not parts:
+            raise ValueError("most_similar needs at least one positive or negative word")
+        mean = torch.stack(parts).mean(dim=0)  # (n,D) -> (D,)
+        mean = mean / mean.norm().clamp_min(1e-12)
+        return self._top(self.unit @ mean, exclude, topn)  # (V,D) @ (D,) -> (V,)
+
+    def similarity(self, a, b) -> float:
+        """Cosine similarity of two words, ids or vectors."""
+        va, vb = self.vector(a), self.vector(b)
+        return float(va @ vb / (va.norm() * vb.norm()).clamp_min(1e-12))
+
+    def token_table(self, text: str) -> list[TokenRow]:
+        """The tokens of ``text`` with their ids and the norms of their vectors.
+
+        ``<|endoftext|>`` in the text is the special token, as in the chapter.
+        """
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str, got {type(text).__name__}")
+        if self.tokenizer is None:
+            raise ValueError(f"this table ({self.source or 'no source'}) has no tokenizer to split text; load it with tokenizer='gpt2'")
+        ids = self.tokenizer.encode(text, allowed_special=set(self.tokenizer._special_tokens))
+        rows = []
+        for p, i in enumerate(ids):
+            if i >= self.vocab_size:
+                raise ValueError(f"token {p} of the text has id {i}, outside the table's vocabulary (size {self.vocab_size}); was the table trained with another tokenizer?")
+            rows.append(TokenRow(p, i, self.label(i), float(self.norms[i])))
+        return rows
+
+    # -------------------------------------------------------------- positions
+    def _positions(self) -> torch.Tensor:
+        if self.positions is None:
+            raise ValueError(
+                f"this table ({self.source or 'no source'}) has no absolute position vectors (positional scheme: {self.positional}); "
+                f"positional structure is defined for {' or '.join(ABSOLUTE_POSITIONALS)} positions, which are added to the input"
+            )
+        return self.positions
+
+    def position_similarity(self) -> torch.Tensor:
+        """(P, P) cosine similarity between every pair of position vectors."""
+        pos = self._positions()
+        unit = pos / pos.norm(dim=1, keepdim=True).clamp_min(1e-12)  # (P,D)
+        return unit @ unit.T  # (P,D) @ (D,P) -> (P,P)
+
+    def position_step_distance(self) -> torch.Tensor:
+        """(P,) how far each position's vector is from its neighbours: the mean Euclidean distance
+        to the vectors of positions ``p - 1`` and ``p + 1`` (the one neighbour at either end).
+        A single position has distance 0."""
+        pos = self._positions()
+        P = pos.shape[0]
+        if P == 1:
+            return torch.zeros(1)
+        step = (pos[1:] - pos[:-1]).norm(dim=1)  # (P-1,): |pos[p+1] - pos[p]|
+        total = torch.zeros(P)
+        count = torch.zeros(P)
+        total[1:] += step
+        count[1:] += 1
+        total[:-1] += step
+        count[:-1] += 1
+        return total / count
+
+    # ------------------------------------------------------------- utilities
+    def subset(self, ids: Sequence[int]) -> torch.Tensor:
+        """(n, D) the rows of ``ids``, checked."""
+        return self.tokens[[self.check_id(i) for i in ids]]
+
+    def __repr__(self) -> str:
+        tok = getattr(self.tokenizer, "name", None)
+        pos = f", positions={tuple(self.positions.shape)}" if self.positions is not None else ""
+        return f"EmbeddingTable(tokens={tuple(self.tokens.shape)}, tokenizer={tok!r}{pos}, positional={self.positional!r}, source={self.source!r})"
+
+    # --------------------------------------------------------------- loaders
+    @classmethod
+    def from_gpt2(cls, path: str | Path, *, tokenizer="gpt2") -> EmbeddingTable:
+        """GPT-2's own tables from a local Hugging Face or book-layout checkpoint (no download)."""
+        from tokembed.gpt2_weights import find_gpt2_file, load_gpt2_embeddings
+
+        tables = load_gpt2_embeddings(path)
+        return cls(tables["wte"], tokenizer, positions=tables["wpe"], positional="learned", source=f"GPT-2 {find_gpt2_file(path)}")
+
+    @classmethod
+    def from_model(cls, model, *, tokenizer="gpt2") -> EmbeddingTable:
+        """The tables of an in-memory ``tokembed.GPT`` (``model.embed.token``, ``model.embed.position``).
+
+        Sinusoidal positions are computed for ``model.config.context_length`` positions.
+        """
+        embed = getattr(model, "embed", None)
+        token = getattr(getattr(embed, "token", None), "weight", None)
+        if not isinstance(token, torch.Tensor):
+            raise TypeError(f"{type(model).__name__} has no model.embed.token.weight; pass a tokembed.GPT (or use EmbeddingTable(tensor, tokenizer))")
+        config = getattr(model, "config", None)
+        positional = str(getattr(config, "positional", "learned"))
+        position = getattr(getattr(embed, "position", None), "weight", None)
+        if positional == "sinusoidal" and position is None:
+            from tokembed.embeddings.sinusoidal import sinusoidal_table
+
+            position = sinusoidal_table(int(config.context_length), token.shape[1])
+        elif positional not in ABSOLUTE_POSITIONALS:
+            position = None
+        return cls(token.detach().clone(), tokenizer, positions=None if position is None else position.detach().clone(), positional=positional, source=type(model).__name__)
+
+    @classmethod
+    def from_checkpoint(cls, path: str | Path) -> EmbeddingTable:
+        """The tables of a ``tokembed train`` checkpoint directory (``config.json`` + ``model.safetensors``).
+
+        Sinusoidal positions are recomputed (they are not stored); other schemes (RoPE, ALiBi, ...)
+        have no position vectors.
+        """
+        from tokembed.checkpoint import read_checkpoint_config
+
+        path = Path(path)
+        config = read_checkpoint_config(path)
+        model = config.get("model", {})
+        weights = path / "model.safetensors"
+        if not weights.is_file():
+            raise FileNotFoundError(f"{path} has config.json but no model.safetensors; the checkpoint is incomplete (was training interrupted while saving?)")
+        from safetensors import SafetensorError, safe_open
+
+        try:
+            with safe_open(str(weights), framework="pt") as f:
+                keys = set(f.keys())
+                if "embed.token.weight" not in keys:
+                    raise ValueError(f"{weights} has no 'embed.token.weight' (keys: {', '.join(sorted(keys)[:10])}); it is not a tokembed model")
+                tokens = f.get_tensor("embed.token.weight")
+                positions = f.get_tensor("embed.position.weight") if "embed.position.weight" in keys else None
+        except SafetensorError as e:
+            raise ValueError(f"{weights} is not a readable safetensors file ({e})") from e
+        positional = str(model.get("positional", "learned" if positions is not None else "none"))
+        vocab_size, dim = model.get("vocab_size"), model.get("dim")
+        if (vocab_size is not None and tokens.shape[0] != vocab_size) or (dim is not None and tokens.shape[1] != dim):
+            raise ValueError(f"{weights}: embed.token.weight has shape {tuple(tokens.shape)} but config.json says vocab_size={vocab_size}, dim={dim}; the checkpoint is inconsistent")
+        if positional == "sinusoidal" and positions is None:
+            from tokembed.embeddings.sinusoidal import sinusoidal_table
+
+            positions = sinusoidal_table(int(model["context_length"]), tokens.shape[1], base=float(model.get("sinusoidal_base", 10000.0)))
+        elif positional == "learned" and positions is None:
+            raise ValueError(f"{weights}: config.json says learned positions but 'embed.position.weight' is missing; the checkpoint is incomplete")
+        elif positional not in ABSOLUTE_POSITIONALS:
+            positions = None
+        return cls(tokens, config.get("tokenizer", "gpt2"), positions=positions, positional=positional, source=str(path))
+
+    @classmethod
+    def from_file(cls, path: str | Path, *, tokenizer="gpt2") -> EmbeddingTable:
+        """An exported table: ``.npy`` (V, D), or ``.safetensors`` written by ``tokembed export``."""
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"embedding table {path} does not exist")
+        if path.suffix == ".npy":
+            try:
+                arr = np.load(path, allow_pickle=False)
+            except ValueError as e:
+                raise ValueError(f"{path} is not a plain .npy array ({e}); save the table with numpy.save") from e
+            return cls(arr, tokenizer, source=str(path))
+        if path.suffix == ".safetensors":
+            from safetensors import SafetensorError, safe_open
+
+            try:
+                with safe_open(str(path), framework="pt") as f:
+                    meta = f.metadata() or {}
+                    keys = set(f.keys())
+                    if "token_embeddings" in keys:
+                        positions = f.get_tensor("position_embeddings") if "position_embeddings" in keys else None
+                        return cls(
+                            f.get_tensor("token_embeddings"),
+                            meta.get("tokenizer", tokenizer),
+                            positions=positions,
+                            positional=meta.get("positional", "learned" if positions is not None else "none"),
+                            source=str(path),
+                        )
+                    if "embed.token.weight" in keys:  # a tokembed model file on its own
+                        positions = f.get_tensor("embed.position.weight") if "embed.position.weight" in keys else None
+                        return cls(f.get_tensor("embed.token.weight"), tokenizer, positions=positions, source=str(path))
+            except SafetensorError as e:
+                raise ValueError(f"{path} is not a readable safetensors file ({e})") from e
+            return cls.from_gpt2(path, tokenizer=tokenizer)
+        raise ValueError(f"{path} is not an embedding table: expected a .npy or .safetensors file")
+
+
+def _is_tokembed_checkpoint(path: Path) -> bool:
+    # True for a folder whose config.json names our format, or is damaged (the checkpoint reader says how).
+    try:
+        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except OSError:
+        return False
+    except ValueError:
+        return True
+    return isinstance(config, dict) and config.get("format") == CHECKPOINT_FORMAT
+
+
+def load_table(source: str | Path, *, tokenizer="gpt2") -> EmbeddingTable:
+    """Open any embedding table: a checkpoint directory, an exported table, or GPT-2's own weights.
+
+    Args:
+        source: a ``tokembed train`` checkpoint directory; a ``.npy`` or ``.safetensors`` table from
+            ``tokembed export``; GPT-2's ``model.safetensors`` / ``pytorch_model.bin`` / the book's
+            ``model.pth``, or a folder holding one.
+        tokenizer: for tables that do not name theirs (``.npy``, GPT-2 weights).
+
+    Raises:
+        FileNotFoundError: nothing at ``source``.
+        ValueError: ``source`` is none of the above.
+    """
+    path = Path(source)
+    if not path.exists():
+        raise FileNotFoundError(f"{path} does not exist; pass a checkpoint directory, a .npy/.safetensors table or GPT-2 weights")
+    if path.is_dir():
+        if _is_tokembed_checkpoint(path) or not any((path / name).is_file() for name in ("model.safetensors", "pytorch_model.bin", "model.pth", "model.pt")):
+            return EmbeddingTable.from_checkpoint(path)  # also says what is wrong with a folder that is neither
+        return EmbeddingTable.from_gpt2(path, tokenizer=tokenizer)  # a Hugging Face snapshot folder
+    if path.suffix in (".npy", ".safetensors"):
+        return EmbeddingTable.from_file(path, tokenizer=tokenizer)
+    if path.suffix in (".bin", ".pt", ".pth", ".ckpt"):
+        return EmbeddingTable.from_gpt2(path, tokenizer=tokenizer)
+    raise ValueError(
+        f"{path} is not an embedding table or checkpoint (unknown suffix {path.suffix!r}); pass a checkpoint directory, "
+        "a .npy/.safetensors table, or GPT-2's model.safetensors / pytorch_model.bin / model.pth"
+    )
+
+
+def token_counts(corpus: str | Path, *, tokenizer="gpt2", vocab_size: int | None = None) -> torch.Tensor:
+    """(V,) how many times each token id occurs in a corpus.
+
+    Args:
+        corpus: a ``tokembed prepare`` shard folder (its ``train`` split is counted, no
+            re-tokenizing), a UTF-8 text file, or a folder whose ``*.txt`` files (recursively) are read.
+        tokenizer: the tokenizer the table was trained with (for text).
+        vocab_size: length of the result (default: the tokenizer's vocabulary).
+    """
+    enc = _resolve_tokenizer(tokenizer)
+    path = Path(corpus)
+    V = vocab_size or (enc.n_vocab if enc is not None else None)
+    if V is None:
+        raise ValueError("token_counts needs a tokenizer or a vocab_size")
+    counts = torch.zeros(V, dtype=torch.int64)
+    if path.is_dir() and (path / "manifest.json").is_file():
+        from tokembed.shards import open_shards
+
+        shards = open_shards(path, split="train")
+        for i in range(len(shards.shards)):
+            ids = torch.from_numpy(np.asarray(shards.tokens(i), dtype=np.int64))  # (n,) uint16/32 on disk
+            counts += torch.bincount(ids[ids < V], minlength=V)
+        return counts
+    if path.is_dir():
+        files = sorted(path.rglob("*.txt"))
+        if not files:
+            raise ValueError(f"corpus folder {path} holds no *.txt files and no shard manifest; pass a text file, a folder of text files or a `tokembed prepare` folder")
+    elif path.is_file():
+        files = [path]
+    else:
+        raise FileNotFoundError(f"corpus {path} does not exist; pass the text the table was trained on")
+    if enc is None:
+        raise ValueError(f"counting the tokens of text needs the table's tokenizer; corpus {path} is text")
+    for f in files:
+        try:
+            text = f.read_text(encoding="utf-8")
+        except UnicodeDecodeError as e:
+            raise ValueError(f"corpus file {f} is not UTF-8 text ({e}); pass the text the table was trained on") from e
+        ids = torch.tensor(enc.encode(text, allowed_special=set(enc._special_tokens)), dtype=torch.int64)
+        counts += torch.bincount(ids[ids < V], minlength=V)
+    return counts
+
+
+def project_2d(vectors, *, method: str = "pca", seed: int = 0) -> np.ndarray:
+    """(n, D) vectors -> (n, 2) coordinates for a picture.
+
+    Args:
+        vectors: (n, D) rows to place.
+        method: ``"pca"``: the projection on the two directions of largest variance (SVD of the
+            centred rows; sign fixed so that each axis' largest loading is positive).
+            ``"tsne"``: scikit-learn's t-SNE (extra ``tsne``), which keeps near neighbours near.
+        seed: t-SNE's random state.
+    """
+    x = _as_table_tensor("the vectors to project", vectors).double()
+    if method not in PROJECTIONS:
+        raise ValueError(f"unknown projection {method!r}; choose one of {', '.join(PROJECTIONS)}")
+    if x.shape[0] < 3:
+        raise ValueError(f"a 2-D projection needs at least 3 vectors, got {x.shape[0]}")
+    if method == "pca":
+        centred = x - x.mean(dim=0)  # (n,D)
+        _, _, vh = torch.linalg.svd(centred, full_matrices=False)  # vh (min(n,D), D): principal directions
+        axes = vh[:2]  # (2,D) (a 1-wide table has only one)
+        signs = torch.sign(axes.gather(1, axes.abs().argmax(dim=1, keepdim=True)))  # (2,1)
+        coords = centred @ (axes * signs).T  # (n,D) @ (D,2) -> (n,2)
+        if coords.shape[1] == 1:
+            coords = torch.cat([coords, torch.zeros_like(coords)], dim=1)
+        return coords.numpy()
+    try:
+        from sklearn.manifold import TSNE
+    except ImportError as e:
+        raise ModuleNotFoundError("t-SNE needs scikit-learn, which is not installed; install the extra with `pip install 'tokembed[tsne]'` or use method='pca'", name="sklearn") from e
+    from threadpoolctl import threadpool_limits  # a dependency of scikit-learn
+
+    perplexity = float(min(30.0, (x.shape[0] - 1) / 3))
+    tsne = TSNE(n_components=2, perplexity=perplexity, init="pca", random_state=seed)
+    # One OpenMP thread: beside torch's own OpenMP runtime, sklearn's threads spin against it
+    # (40 points took 33 s with the default threads on a busy 2-core machine, 0.27 s with one).
+    with threadpool_limits(limits=1, user_api="openmp"):
+        return tsne.fit_transform(x.numpy()).astype(np.float64)
