@@ -55,3 +55,20 @@ def test_import_is_light():
     )
     assert out.returncode == 0, out.stderr
     assert "heavy []" in out.stdout
+
+
+def test_every_public_name_resolves_to_what_it_names():
+    # The public names load lazily; a submodule named like a public function would shadow it.
+    out = _run(
+        """
+        import importlib, pkgutil, tokembed
+        for m in pkgutil.walk_packages(tokembed.__path__, "tokembed."):
+            if m.name != "tokembed.__main__":  # that one runs the CLI
+                importlib.import_module(m.name)
+        import types
+        bad = [n for n in tokembed.__all__ if isinstance(getattr(tokembed, n), types.ModuleType)]
+        print("modules", bad, callable(tokembed.train), callable(tokembed.evaluate))
+        """
+    )
+    assert out.returncode == 0, out.stderr
+    assert "modules [] True True" in out.stdout

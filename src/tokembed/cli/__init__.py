@@ -19,6 +19,7 @@ COMMAND_MODULES = [
     "tokembed.cli.demo",
     "tokembed.cli.inspect",
     "tokembed.cli.prepare",
+    "tokembed.cli.train",
 ]
 
 # Errors that describe the user's input or environment: one line, no traceback (TOKEMBED_DEBUG=1 shows it).
