@@ -123,31 +123,16 @@ def save_checkpoint(
 
 def write_loss_png(log: dict, path: str | os.PathLike) -> bool:
     """Draw training (and validation) loss against step into a PNG; False (with a warning) without matplotlib."""
-    try:
-        import matplotlib
+    from tokembed.plot import plot_loss, save_figure  # matplotlib only when drawing
 
-        matplotlib.use("Agg", force=False)
-        import matplotlib.pyplot as plt
-    except ImportError:
+    try:
+        fig = plot_loss(log)
+    except ModuleNotFoundError:
         warnings.warn("matplotlib is not installed: no loss.png (pip install 'tokembed[plot]')", stacklevel=2)
         return False
-    fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
-    train = log.get("train", [])
-    if train:
-        ax.plot([r["step"] for r in train], [r["loss"] for r in train], lw=0.8, alpha=0.8, label="train")
-    val = log.get("val", [])
-    if val:
-        ax.plot([r["step"] for r in val], [r["loss"] for r in val], "o-", ms=3, label="validation")
-    ax.set_xlabel("step")
-    ax.set_ylabel("cross-entropy (nats)")
-    ax.set_title("loss")
-    ax.grid(alpha=0.3)
-    if train or val:
-        ax.legend()
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    _fsync_file(Path(path))
+    except ValueError:  # nothing logged yet
+        return False
+    save_figure(fig, path, overwrite=True)
     return True
 
 

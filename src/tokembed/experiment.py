@@ -17,7 +17,7 @@ import math
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from tokembed._atomic import atomic_open, atomic_write
+from tokembed._atomic import atomic_write
 from tokembed._checks import check_positive_int
 from tokembed.embeddings.registry import POSITIONAL_NAMES, positional_scheme
 
@@ -157,17 +157,16 @@ def format_table(doc: dict) -> str:
 
 def plot_positions(doc: dict, path: Path) -> bool:
     """Perplexity against evaluation length, one line per scheme (log-log), like Press et al.'s figure 1."""
-    try:
-        import matplotlib
+    from tokembed.plot import new_figure, save_figure  # matplotlib only when drawing
 
-        matplotlib.use("Agg", force=False)
-        import matplotlib.pyplot as plt
-    except ImportError:
+    try:
+        fig = new_figure(7, 4.5)
+    except ModuleNotFoundError:
         import warnings
 
         warnings.warn("matplotlib is not installed: no positions.png (pip install 'tokembed[plot]')", stacklevel=2)
         return False
-    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=100)
+    ax = fig.add_subplot()
     for name, rows in doc["results"].items():
         pts = [(r["length"], r["perplexity"]) for r in rows if r["loss"] is not None and math.isfinite(r["perplexity"])]
         if pts:
@@ -181,12 +180,7 @@ def plot_positions(doc: dict, path: Path) -> bool:
     ax.set_title(f"Train short ({doc['config']['train_length']} tokens), test long")
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    try:
-        with atomic_open(path, "wb") as f:
-            fig.savefig(f, format="png")
-    finally:
-        plt.close(fig)
+    save_figure(fig, path, overwrite=True)
     return True
 
 

@@ -19,6 +19,7 @@ from tokembed.inspection import EmbeddingTable, project_2d
 
 __all__ = [
     "figure_png",
+    "new_figure",
     "plot_loss",
     "plot_norm_vs_frequency",
     "plot_position_distance",
@@ -28,7 +29,8 @@ __all__ = [
 ]
 
 
-def _figure(width: float = 7.0, height: float = 5.0):
+def new_figure(width: float = 7.0, height: float = 5.0):
+    """An empty figure (no pyplot, no GUI backend); raises naming the extra to install without matplotlib."""
     try:
         from matplotlib.figure import Figure
     except ImportError as e:
@@ -78,7 +80,7 @@ def plot_projection(
             ids = list(range(n))
     ids = [table.check_id(i) for i in ids]
     xy = project_2d(table.subset(ids), method=method, seed=seed)  # (n,2)
-    fig = _figure(8, 6.5)
+    fig = new_figure(8, 6.5)
     ax = fig.add_subplot()
     if counts is not None:
         c = counts[ids].double().numpy()
@@ -118,7 +120,7 @@ def plot_position_similarity(table: EmbeddingTable, *, max_positions: int | None
     sim = table.position_similarity()
     if max_positions is not None:
         sim = sim[:max_positions, :max_positions]
-    fig = _figure(6.5, 5.5)
+    fig = new_figure(6.5, 5.5)
     ax = fig.add_subplot()
     im = ax.imshow(sim.numpy(), cmap="RdBu_r", vmin=-1, vmax=1, interpolation="nearest", origin="upper")
     fig.colorbar(im, ax=ax, label="cosine similarity")
@@ -132,7 +134,7 @@ def plot_position_distance(table: EmbeddingTable):
     """Each position's mean Euclidean distance to its neighbouring positions, and its norm."""
     dist = table.position_step_distance().numpy()
     norms = table.positions.norm(dim=1).numpy() if table.positions is not None else None
-    fig = _figure(7, 3.8)
+    fig = new_figure(7, 3.8)
     ax = fig.add_subplot()
     ax.plot(dist, label="mean distance to positions p-1, p+1")
     if norms is not None:
@@ -149,7 +151,7 @@ def plot_norm_vs_frequency(table: EmbeddingTable, counts: torch.Tensor):
     seen = counts > 0
     if not bool(seen.any()):
         raise ValueError("no token of the table occurs in the corpus; was it tokenized with another tokenizer?")
-    fig = _figure(7, 4.5)
+    fig = new_figure(7, 4.5)
     ax = fig.add_subplot()
     ax.scatter(counts[seen].double().numpy(), table.norms[: counts.shape[0]][seen].numpy(), s=6, alpha=0.5, linewidths=0, label="tokens in the corpus")
     unseen_norms = table.norms[: counts.shape[0]][~seen]
@@ -169,7 +171,7 @@ def plot_loss(log: dict):
     val = log.get("val") or []
     if not train and not val:
         raise ValueError("the training log holds no loss values; train for at least one logged step")
-    fig = _figure(7, 4)
+    fig = new_figure(7, 4)
     ax = fig.add_subplot()
     if train:
         ax.plot([r["step"] for r in train], [r["loss"] for r in train], label="train", lw=1)

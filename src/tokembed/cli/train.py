@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from dataclasses import fields
 from pathlib import Path
 
@@ -52,7 +53,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--checkpoint-interval", type=int)
     t.add_argument("--seed", type=int)
     t.add_argument("--init-embeddings", help="a local GPT-2 weights file (model.safetensors, pytorch_model.bin, the book's model.pth) whose wte/wpe start the embeddings")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (there is none when stderr is not a terminal)")
     p.set_defaults(func=run_train)
 
     e = sub.add_parser("eval", help="validation loss and perplexity of a checkpoint at several lengths", description="Validation loss and perplexity at the training length and beyond.")
@@ -104,7 +105,7 @@ def run_train(args: argparse.Namespace) -> int:
         config = TrainConfig(data=args.data, out=str(args.out), **given)
         model_args = {k: getattr(args, k) for k in ("positional", "dim", "n_layers", "n_heads", "dropout", "rope_base") if getattr(args, k) is not None}
         model_config = GPTConfig(context_length=args.context_length or config.max_length, tie_embeddings=not args.no_tie, **model_args)
-    result = train(config, model_config, resume=args.resume, progress=not args.no_progress)
+    result = train(config, model_config, resume=args.resume, progress=_show_progress(args))
     val = f", validation loss {result.val_loss:.4f}" if result.val_loss is not None else ""
     print(f"step {result.step}: train loss {result.train_loss:.4f}{val}; checkpoint {result.checkpoint}")
     return 0
@@ -143,9 +144,14 @@ def run_experiment(args: argparse.Namespace) -> int:
     if "multiples" in options:
         options["multiples"] = tuple(options["multiples"])
     config = PositionsExperiment(data=args.data, out=str(args.out), schemes=tuple(args.schemes), **options)
-    doc = run_positions_experiment(config, progress=not args.no_progress)
+    doc = run_positions_experiment(config, progress=_show_progress(args))
     from tokembed.experiment import format_table
 
     print(format_table(doc))
     print(f"\nwrote {args.out / 'positions.md'}, {args.out / 'positions.json'}, {args.out / 'positions.png'}")
     return 0
+
+
+def _show_progress(args: argparse.Namespace) -> bool:
+    # A bar only for a person at a terminal: logs and CI get the summary lines alone.
+    return not args.no_progress and sys.stderr.isatty()
