@@ -40,7 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     m.add_argument("--no-tie", action="store_true", help="separate output head instead of the token table")
     m.add_argument("--rope-base", type=float, help="RoPE frequency base (default 10000)")
     t = p.add_argument_group("training (default: the checkpoint's values with --resume, else TrainConfig's)")
-    t.add_argument("--max-length", type=int, help="tokens per window (default 64)")
+    t.add_argument("--max-length", type=int, help="tokens per window (default 64, or --context-length when that is smaller)")
     t.add_argument("--stride", type=int, help="step between windows (default: max-length)")
     t.add_argument("--batch-size", type=int)
     t.add_argument("--steps", type=int, dest="max_steps", help="optimizer steps in all (default 300)")
@@ -102,6 +102,9 @@ def run_train(args: argparse.Namespace) -> int:
             raise ValueError(f"--resume: the checkpoint was trained on {saved['train']['data']}, not {args.data}")
         config = TrainConfig(data=saved["train"]["data"], out=str(args.out), **{**base, **given})
     else:
+        if args.max_length is None and args.context_length is not None:
+            # Windows as long as the model's context unless asked otherwise (never longer).
+            given["max_length"] = min(args.context_length, TrainConfig.__dataclass_fields__["max_length"].default)
         config = TrainConfig(data=args.data, out=str(args.out), **given)
         model_args = {k: getattr(args, k) for k in ("positional", "dim", "n_layers", "n_heads", "dropout", "rope_base") if getattr(args, k) is not None}
         model_config = GPTConfig(context_length=args.context_length or config.max_length, tie_embeddings=not args.no_tie, **model_args)
