@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import numbers
 
 import torch
@@ -41,3 +42,12 @@ def check_index_tensor(name: str, ids: object, size: int, *, what: str) -> torch
             bad = lo.item() if lo.item() < 0 else hi.item()
             raise ValueError(f"{name} {bad} is outside {what} (size {size}): valid values are 0..{size - 1}")
     return ids
+
+
+def config_from_dict(cls, d: dict):
+    """Build the dataclass ``cls`` from ``d`` (e.g. a checkpoint's ``config.json``), naming unknown keys."""
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(d) - known)
+    if unknown:
+        raise ValueError(f"unknown {cls.__name__} fields {unknown}; known fields: {sorted(known)}")
+    return cls(**d)

@@ -12,13 +12,13 @@ weight *is* the token table (one tensor), as in GPT-2.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tokembed._checks import check_index_tensor, check_positive_int, check_probability
+from tokembed._checks import check_index_tensor, check_positive_int, check_probability, config_from_dict
 from tokembed.attention import CausalSelfAttention, KVCache
 from tokembed.embeddings.input import InputEmbedding
 from tokembed.embeddings.registry import attention_positional, positional_scheme
@@ -94,11 +94,7 @@ class GPTConfig:
     @classmethod
     def from_dict(cls, d: dict) -> GPTConfig:
         """Build from a dict (e.g. a checkpoint's ``config.json``), naming unknown keys."""
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"unknown GPTConfig fields {unknown}; known fields: {sorted(known)}")
-        return cls(**d)
+        return config_from_dict(cls, d)
 
 
 class MLP(nn.Module):

@@ -19,13 +19,13 @@ import base64
 import json
 import math
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from tokembed._checks import check_positive_int
+from tokembed._checks import check_positive_int, config_from_dict
 from tokembed.checkpoint import read_checkpoint_config, save_checkpoint
 from tokembed.model import GPT, GPTConfig
 
@@ -112,11 +112,8 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> TrainConfig:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"unknown TrainConfig fields {unknown}; known fields: {sorted(known)}")
-        return cls(**d)
+        """Build from a dict (e.g. a checkpoint's ``config.json``), naming unknown keys."""
+        return config_from_dict(cls, d)
 
 
 @dataclass(frozen=True)

@@ -30,11 +30,6 @@ def window_count(n_tokens: int, max_length: int, stride: int) -> int:
     return max(0, -(-(n_tokens - max_length) // stride))
 
 
-def token_dtype(n_vocab: int) -> np.dtype:
-    """The smallest unsigned dtype for ids below ``n_vocab``: uint16 is enough for GPT-2 (max id 50256 < 2**16)."""
-    return np.dtype(np.uint16 if n_vocab <= 2**16 else np.uint32)
-
-
 def encode_text(txt: str, tokenizer=None) -> np.ndarray:
     """Encode ``txt`` as the chapter does (``allowed_special={"<|endoftext|>"}``) into a compact array.
 
@@ -54,11 +49,11 @@ def encode_text(txt: str, tokenizer=None) -> np.ndarray:
     if hasattr(enc, "encode_to_numpy") and getattr(enc, "n_vocab", None):
         # tiktoken >= 0.8 writes the ids straight into a buffer: no list of Python ints (28 bytes each).
         ids = enc.encode_to_numpy(txt, allowed_special={ENDOFTEXT})  # (N,) uint32
-        dtype = token_dtype(enc.n_vocab)
+        dtype = shards_mod.dtype_for_vocab(enc.n_vocab)
         return ids if ids.dtype == dtype else ids.astype(dtype)
     ids = enc.encode(txt, allowed_special={ENDOFTEXT})
     n_vocab = getattr(enc, "n_vocab", None) or (max(ids) + 1 if ids else 1)
-    return np.asarray(ids, dtype=token_dtype(n_vocab))
+    return np.asarray(ids, dtype=shards_mod.dtype_for_vocab(n_vocab))
 
 
 def check_window_args(n_tokens: int, max_length: int, stride: int) -> None:
