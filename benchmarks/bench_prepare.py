@@ -1,11 +1,13 @@
-"""Benchmark `tokembed prepare`: throughput at 1 and 2 workers, peak memory at 100 MB and 1 GB of input,
-and the book's `create_dataloader_v1` construction on the same corpus, all measured in one run.
+"""Benchmark `tokembed prepare`: throughput at 1 and 2 workers, peak memory at 100 MB and 1 GB of input
+(many documents, and one single text document), and the book's `create_dataloader_v1` construction on the
+same corpus, all measured in one run.
 
     .venv/bin/python benchmarks/bench_prepare.py            # 100 MB and 1 GB (a few minutes)
     .venv/bin/python benchmarks/bench_prepare.py --quick    # 20 MB and 200 MB
 
 Corpora are built offline by benchmarks/corpus.py under benchmarks/data/ (git-ignored): a JSON Lines corpus of
-/usr/share/doc texts and Python docstrings, and a 10x larger input made of line-shuffled copies of it.
+/usr/share/doc texts and Python docstrings, a 10x larger input made of line-shuffled copies of it, and the same
+texts as one plain-text file (one document) of the base size and of 10x that size.
 
 Every measured run is a fresh subprocess. Memory is the peak, over 20 Hz samples, of the summed PSS of the
 process and all its children (PSS splits shared pages between processes, so forked workers are not counted
@@ -118,6 +120,23 @@ def big_input(base: Path, copies: int) -> Path:
             f.writelines(lines)
     marker.write_text("ok\n")
     return folder
+
+
+def huge_text(size_mb: int, copies: int) -> tuple[Path, Path]:
+    """One plain-text document of ``size_mb`` MB, and one of ``copies`` times that (a single file each)."""
+    base = DATA / f"corpus-{size_mb}mb.txt"
+    if not base.exists():
+        print(f"building {base} (once; offline sources) ...", file=sys.stderr)
+        build_corpus(base, size_mb)
+    big = DATA / f"corpus-{size_mb}mb-x{copies}.txt"
+    if not big.exists():
+        tmp = big.with_suffix(".tmp")
+        with open(base, "rb") as src, open(tmp, "wb") as f:
+            for _ in range(copies):
+                src.seek(0)
+                shutil.copyfileobj(src, f, 1 << 24)
+        os.replace(tmp, big)
+    return base, big
 
 
 # ----------------------------------------------------------------------------------------------- runs
@@ -234,6 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-book", action="store_true", help="skip the book's create_dataloader_v1 baseline")
     ap.add_argument("--no-big", action="store_true", help="skip the 10x input (and the memory ratio): throughput only")
     ap.add_argument("--no-threads", action="store_true", help="skip tiktoken's own thread pool baseline")
+    ap.add_argument("--no-huge-text", action="store_true", help="skip the single-document memory runs (one .txt file)")
     args = ap.parse_args(argv)
     size = 20 if args.quick else 100
     load0 = os.getloadavg()[0]
@@ -261,6 +281,12 @@ def main(argv: list[str] | None = None) -> int:
     if big is not None:
         r_big = prepare(big, work, 2)
         print(f"  {r_big['input_mb']:.0f} MB, 2 workers: {r_big['prepare_seconds']:.1f} s, peak {r_big['peak_mb']:.0f} MB", file=sys.stderr)
+    huge = None
+    if not (args.no_big or args.no_huge_text):  # one document of 100 MB vs 1 GB: cut into pieces, streamed
+        small_txt, big_txt = huge_text(size, 10)
+        huge = {"base": prepare(small_txt, work, 2), "big": prepare(big_txt, work, 2)}
+        for k, r in huge.items():
+            print(f"  one {r['input_mb']:.0f} MB text document, 2 workers: {r['prepare_seconds']:.1f} s, peak {r['peak_mb']:.0f} MB", file=sys.stderr)
     book = None
     if not args.no_book:
         book = run_measured([sys.executable, "-c", BOOK, str(base)])
@@ -274,6 +300,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = [("prepare, 1 worker", base, best["w1"]), ("prepare, 2 workers", base, best["w2"])]
     if r_big:
         rows.append(("prepare, 2 workers", big, r_big))
+    if huge:
+        rows += [("prepare one text document, 2 workers", None, huge["base"]), ("prepare one text document, 2 workers", None, huge["big"])]
     lines = [
         "| run | input | time (s) | tokens/s | CPU time, whole process (s) | peak memory (MB) |",
         "|---|---|---:|---:|---:|---:|",
@@ -293,6 +321,9 @@ def main(argv: list[str] | None = None) -> int:
     ]
     if r_big:
         lines.append(f"| peak memory, {r_big['input_mb']:.0f} MB / {best['w2']['input_mb']:.0f} MB input (2 workers) | {mem_ratio:.2f}x | <= 1.2x |")
+    huge_ratio = huge["big"]["peak_mb"] / huge["base"]["peak_mb"] if huge else None
+    if huge:
+        lines.append(f"| peak memory, one {huge['big']['input_mb']:.0f} MB / one {huge['base']['input_mb']:.0f} MB text document (2 workers) | {huge_ratio:.2f}x | <= 1.2x |")
     if book:
         lines += [
             f"| time, book construction / prepare with 2 workers ({size} MB) | {book['construct_seconds'] / best['w2']['prepare_seconds']:.2f}x | |",
@@ -305,14 +336,14 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "command": "benchmarks/bench_prepare.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "machine": {"cpus": os.cpu_count(), "load_at_start": load0, "load_at_end": os.getloadavg()[0], "platform": sys.platform},
-        "runs": {"workers_1": runs["w1"], "workers_2": runs["w2"], "big_workers_2": r_big, "book_create_dataloader_v1": book, "tiktoken_threads": threads},
+        "runs": {"workers_1": runs["w1"], "workers_2": runs["w2"], "big_workers_2": r_big, "one_document_workers_2": huge, "book_create_dataloader_v1": book, "tiktoken_threads": threads},
         "ceilings": ceilings,
-        "ratios": {"speedup_2_over_1": speedup, "machine_ceiling_2_over_1": ceiling_best, "peak_big_over_base": mem_ratio,
+        "ratios": {"speedup_2_over_1": speedup, "machine_ceiling_2_over_1": ceiling_best, "peak_big_over_base": mem_ratio, "peak_one_document_big_over_base": huge_ratio,
                    **({"book_time_over_prepare_2w": book["construct_seconds"] / best["w2"]["prepare_seconds"], "book_peak_over_prepare_2w": book["peak_mb"] / best["w2"]["peak_mb"]} if book else {})},
         "table": table,
     }
     # The full benchmark owns prepare.json; partial runs do not overwrite it.
-    name = "prepare.json" if not (args.quick or args.no_big or args.no_book or args.no_threads) else "prepare-partial.json"
+    name = "prepare.json" if not (args.quick or args.no_big or args.no_book or args.no_threads or args.no_huge_text) else "prepare-partial.json"
     tmp = RESULTS / f"{name}.tmp"
     tmp.write_text(json.dumps(result, indent=2) + "\n")
     os.replace(tmp, RESULTS / name)

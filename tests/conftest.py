@@ -5,6 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# Timing is not behaviour: on a shared 2-core machine a normal example can take longer than hypothesis's
+# default 200 ms deadline, so no test fails for being slow.
+settings.register_profile("tokembed", deadline=None)
+settings.load_profile("tokembed")
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"

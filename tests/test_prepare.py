@@ -181,7 +181,7 @@ def test_resume_after_a_crash_is_byte_identical(corpus, tmp_path, monkeypatch):
     real = prep._write_unit
     calls = {"n": 0}
 
-    def crashing(out_, result, input_hash, dtype):
+    def crashing(out_, result, dtype):
         calls["n"] += 1
         if calls["n"] == 3:
             # Die half-way through a unit: one shard written, its record not.
@@ -189,7 +189,7 @@ def test_resume_after_a_crash_is_byte_identical(corpus, tmp_path, monkeypatch):
             prep.atomic_write(out_ / f"{split}/{result['unit']:05d}.bin", r["tokens"][: len(r["tokens"]) // 2])
             (out_ / split / f".{result['unit']:05d}.idx.tmp-1-dead").write_bytes(b"half")
             raise Crash
-        return real(out_, result, input_hash, dtype)
+        return real(out_, result, dtype)
 
     monkeypatch.setattr(prep, "_write_unit", crashing)
     with pytest.raises(Crash):
@@ -212,10 +212,10 @@ def test_resume_redoes_a_unit_whose_shard_was_damaged(corpus, tmp_path, monkeypa
     out = tmp_path / "out"
     real = prep._write_unit
 
-    def crash_on_unit_3(out_, result, input_hash, dtype):
+    def crash_on_unit_3(out_, result, dtype):
         if result["unit"] == 3:
             raise Crash
-        return real(out_, result, input_hash, dtype)
+        return real(out_, result, dtype)
 
     monkeypatch.setattr(prep, "_write_unit", crash_on_unit_3)
     with pytest.raises(Crash):
@@ -235,10 +235,10 @@ def test_resume_never_reuses_a_unit_whose_input_changed(tmp_path, monkeypatch):
     write_jsonl(tmp_path / "in.jsonl", docs)
     real = prep._write_unit
 
-    def crash_on_unit_2(out_, result, input_hash, dtype):
+    def crash_on_unit_2(out_, result, dtype):
         if result["unit"] == 2:
             raise Crash
-        return real(out_, result, input_hash, dtype)
+        return real(out_, result, dtype)
 
     monkeypatch.setattr(prep, "_write_unit", crash_on_unit_2)
     with pytest.raises(Crash):

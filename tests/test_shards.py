@@ -146,7 +146,7 @@ def test_manifest_version_and_format_errors(tmp_path):
     write_folder(tmp_path, DOCS)
     m = json.loads((tmp_path / "manifest.json").read_text())
     (tmp_path / "manifest.json").write_text(json.dumps({**m, "version": 99}))
-    with pytest.raises(ValueError, match="shard format version 99; this tokembed reads version 1"):
+    with pytest.raises(ValueError, match="shard format version 99; this tokembed reads versions 1, 2: upgrade tokembed"):
         open_shards(tmp_path)
     (tmp_path / "manifest.json").write_text(json.dumps({**m, "format": "other"}))
     with pytest.raises(ValueError, match="is not a tokembed shard manifest"):
@@ -185,7 +185,12 @@ def test_check_finds_bad_structure_even_with_matching_checksums(tmp_path):
     (tmp_path / "train" / "00000.bin").write_bytes(tb)
     m["splits"]["train"]["shards"][0]["sha256"] = hashlib.sha256(tb).hexdigest()
     (tmp_path / "manifest.json").write_text(json.dumps(m))
-    assert any("does not end with <|endoftext|>" in p for p in check_shards(tmp_path))
+    assert any("its last shard ends inside a document" in p for p in check_shards(tmp_path))
+    tb = np.array([1, EOT, 3, EOT], dtype="<u2").tobytes()  # a separator where the index lists no start
+    (tmp_path / "train" / "00000.bin").write_bytes(tb)
+    m["splits"]["train"]["shards"][0]["sha256"] = hashlib.sha256(tb).hexdigest()
+    (tmp_path / "manifest.json").write_text(json.dumps(m))
+    assert any("00000.bin: its <|endoftext|> tokens (50256) are not exactly where the index says documents end" in p for p in check_shards(tmp_path))
     m["splits"]["train"]["documents"] = 7
     (tmp_path / "manifest.json").write_text(json.dumps(m))
     assert any("total of 7 documents differs" in p for p in check_shards(tmp_path))
@@ -238,3 +243,51 @@ def test_shard_stats_on_hand_written_folder(tmp_path):
     assert (tr["documents"], tr["tokens"], tr["shards"]) == (6, 21, 3)
     assert tr["plan"]["windows"] == reference_windows(21, 4, 2) == 9
     assert tr["plan"]["batches"] == 4 and tr["plan"]["dropped_windows"] == 1
+
+
+# ------------------------------------------------------------------------------------------- version 2: documents across shards
+
+
+@settings(max_examples=40, deadline=None)
+@given(lengths=st.lists(st.integers(1, 30), min_size=1, max_size=8), data=st.data())
+def test_documents_that_span_shards_read_back_whole(tmp_path_factory, lengths, data):
+    from handmade_shards import write_cut_stream
+
+    root = tmp_path_factory.mktemp("cut")
+    docs = [list(range(100 * i + 1, 100 * i + 1 + n)) for i, n in enumerate(lengths)]
+    total = sum(lengths) + len(lengths)
+    cuts = sorted(data.draw(st.sets(st.integers(1, total - 1), max_size=6)) if total > 1 else [])
+    stream, starts = write_cut_stream(root, docs, cuts)
+    ss = open_shards(root, verify=True)
+    assert [d.tolist() for d in ss.documents()] == docs
+    assert ss.doc_starts().tolist() == starts.tolist()
+    assert ss.read(0, ss.n_tokens).tolist() == stream.tolist()
+    assert ss.n_documents == len(docs)
+    assert check_shards(root) == []
+
+
+def test_check_finds_a_missing_shard_inside_a_document(tmp_path):
+    from handmade_shards import write_cut_stream
+
+    write_cut_stream(tmp_path, [[1, 2, 3, 4, 5, 6], [7, 8]], [2, 4, 8])  # shards: [1 2] [3 4] [5 6 EOT 7] [8 EOT]
+    m = json.loads((tmp_path / "manifest.json").read_text())
+    assert check_shards(tmp_path) == []
+    shards = m["splits"]["train"]["shards"]
+
+    def without(k):
+        kept = [s for i, s in enumerate(shards) if i != k]
+        mm = {**m, "splits": {"train": {"tokens": sum(s["n_tokens"] for s in kept), "documents": sum(s["n_documents"] for s in kept), "shards": kept}}}
+        (tmp_path / "manifest.json").write_text(json.dumps(mm))
+        return [p for p in check_shards(tmp_path) if "not listed in the manifest" not in p]
+
+    assert without(0) == ["train/00001.bin: is the split's first shard but begins inside a document (is a shard missing?)"]
+    assert without(1) == []  # [1 2] then [5 6 EOT 7]: a cut inside a document looks like any other (sha256 is per shard)
+    assert without(3) == ["split 'train': its last shard ends inside a document (no <|endoftext|>); a shard is missing at the end"]
+    root = tmp_path / "b"
+    write_cut_stream(root, [[1, 2], [3, 4]], [3])  # [1 2 EOT] [3 4 EOT]
+    m = json.loads((root / "manifest.json").read_text())
+    second = m["splits"]["train"]["shards"][1]
+    second["n_documents"], second["index_sha256"] = 0, hashlib.sha256(b"").hexdigest()
+    (root / "train" / "00001.idx").write_bytes(b"")
+    (root / "manifest.json").write_text(json.dumps({**m, "splits": {"train": {**m["splits"]["train"], "documents": 1}}}))
+    assert check_shards(root) == ["train/00001.bin: begins inside a document, but the shard before it ends with <|endoftext|> (is a shard missing?)"]

@@ -35,7 +35,7 @@ _PUBLIC = {
     "SlidingWindowDataset": "windows",
     "create_dataloader_v1": "windows",
     "encode_text": "windows",
-    "window_count": "windows",
+    "window_count": "shards",
     "WindowLoader": "loader",
     "create_dataloader": "loader",
     # batches -> embeddings

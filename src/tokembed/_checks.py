@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # torch is imported where a tensor is checked: the other checks serve torch-free modules
+    import torch
 
 
 def check_positive_int(name: str, value: object, *, hint: str = "") -> int:
@@ -32,6 +34,8 @@ def check_index_tensor(name: str, ids: object, size: int, *, what: str) -> torch
         size: the number of rows of the table the ids index.
         what: the table, for messages ("the vocabulary", "the context length").
     """
+    import torch
+
     if not isinstance(ids, torch.Tensor):
         raise TypeError(f"{name}s must be a torch.Tensor of integers, got {type(ids).__name__}; wrap them with torch.tensor(...)")
     if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:

@@ -23,7 +23,6 @@ Each batch is gathered in one vectorized step by `SlidingWindowDataset.gather`.
 
 from __future__ import annotations
 
-import dataclasses
 import numbers
 import sys
 from collections.abc import Iterator
@@ -34,6 +33,7 @@ import numpy as np
 import torch
 
 from tokembed._checks import check_positive_int
+from tokembed.shards import RankPlan, add_rank_plans, rank_plan  # noqa: F401 (re-exported: the loader follows this arithmetic)
 from tokembed.windows import SlidingWindowDataset
 
 __all__ = ["FeistelPermutation", "LoaderConfig", "RankPlan", "WindowLoader", "add_rank_plans", "create_dataloader", "rank_plan", "resolve_rank"]
@@ -123,61 +123,6 @@ def resolve_rank(rank: int | None = None, world_size: int | None = None) -> tupl
     if not 0 <= rank < world_size:
         raise ValueError(f"rank {rank} is outside world_size={world_size}: ranks are 0..{world_size - 1}")
     return int(rank), world_size
-
-
-@dataclass(frozen=True)
-class RankPlan:
-    """How one epoch of ``windows`` is cut into batches for each of ``world_size`` ranks.
-
-    Attributes:
-        windows: windows in the epoch (``N``).
-        batch_size: windows per full batch (``B``).
-        world_size: ranks (``W``).
-        drop_last: drop the tail (< W*B windows) instead of sharing it out.
-        batches: batches per rank per epoch (the same on every rank).
-        full_steps: steps where each rank gets a full batch, ``N // (W*B)``.
-        last_batch_size: windows in each rank's last batch (``B`` unless the tail is shared out).
-        dropped_windows: windows of the epoch no rank sees (``drop_last=True``).
-        padded_windows: windows seen twice to even out the ranks' last batches (``drop_last=False``).
-    """
-
-    windows: int
-    batch_size: int
-    world_size: int
-    drop_last: bool
-    batches: int
-    full_steps: int
-    last_batch_size: int
-    dropped_windows: int
-    padded_windows: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-
-def rank_plan(windows: int, *, batch_size: int, world_size: int = 1, drop_last: bool = True) -> RankPlan:
-    """Batches per rank for an epoch of ``windows`` windows: the arithmetic the loader follows."""
-    batch_size = check_positive_int("batch_size", batch_size)
-    world_size = check_positive_int("world_size", world_size)
-    step = batch_size * world_size
-    full, tail = divmod(int(windows), step)
-    if drop_last or tail == 0:
-        return RankPlan(windows, batch_size, world_size, drop_last, full, full, batch_size if full else 0, tail, 0)
-    share = -(-tail // world_size)  # ceil: every rank's last batch has the same size
-    return RankPlan(windows, batch_size, world_size, drop_last, full + 1, full, share, 0, share * world_size - tail)
-
-
-def add_rank_plans(stats: dict[str, Any], *, world_size: int) -> dict[str, Any]:
-    """Add ``"rank_plan"`` (a `RankPlan` dict) to each split of ``tokembed.shards.shard_stats``'s result.
-
-    ``tokembed stats --world-size`` prints it: the batches each rank's `create_dataloader` yields.
-    """
-    world_size = check_positive_int("world_size", world_size, hint="the number of ranks (processes) sharing each epoch")
-    for split in stats["splits"].values():
-        pl = split.get("plan")
-        if pl is not None:
-            split["rank_plan"] = rank_plan(pl["windows"], batch_size=pl["batch_size"], world_size=world_size, drop_last=pl["drop_last"]).to_dict()
-    return stats
 
 
 # ------------------------------------------------------------------------------------------- batches

@@ -2,21 +2,23 @@
 
 The plan is fixed before any tokenizing, so the output never depends on the engine or worker count:
 
-1. The inputs are listed in sorted order (`tokembed.sources.resolve_inputs`) and read as one stream of
-   raw documents (a whole text file, or one JSON line).
-2. The stream is cut into **work units** of about ``shard_mb`` MB of raw input, at document boundaries.
-   Unit ``k`` becomes shard ``k`` of each split (``train/0000k.bin`` and ``.idx``; a split that gets no
-   document from a unit gets no file).
-3. Units are tokenized by a pool of worker processes (or Ray tasks), which decode, parse, tokenize with
-   ``encode_ordinary`` (a literal ``<|endoftext|>`` inside a document stays text) and return numpy arrays.
-   The main process writes each shard atomically (temporary name, fsync, rename), then a small record of
-   the finished unit in ``DIR/.parts/``.
+1. The inputs are listed in sorted order (`tokembed.sources.resolve_inputs`): one stream of documents
+   (a whole text file, or one JSON line).
+2. The stream is cut into **work units** of at least ``shard_mb`` MB of input, each ending at the end of a
+   JSON line or a text document (`tokembed.sources.plan_units`). A text document larger than a unit is cut
+   into pieces at pre-tokenizer-safe points, so it spans several units and shards and is never held
+   whole. Unit ``k`` becomes shard ``k`` of each split (``train/0000k.bin`` and ``.idx``; a split that
+   gets nothing from a unit gets no file). The planner reads plain files only around the cut points.
+3. Units are tokenized by a pool of worker processes (or Ray tasks), which read the unit's byte spans,
+   hash them, decode, parse, tokenize with ``encode_ordinary`` (a literal ``<|endoftext|>`` inside a
+   document stays text) and return numpy arrays with their sha256. The main process writes each shard
+   atomically (temporary name, fsync, rename), then a small record of the finished unit in ``DIR/.parts/``.
 4. When every unit is done, ``manifest.json`` is written (atomically, last) and ``.parts`` removed.
 
-Resuming a killed run reads the input again, skips every unit whose record exists, whose input bytes hash
-to the same value and whose files verify, and tokenizes the rest: the finished folder is byte-identical to
-an uninterrupted run. Memory stays bounded by ``shard_mb`` times the number of units in flight
-(``2 * workers``), not by the corpus size.
+Resuming a killed run plans again, skips every unit whose record exists, whose input bytes hash to the
+recorded value and whose files verify, and tokenizes the rest: the finished folder is byte-identical to an
+uninterrupted run. Memory stays bounded by about ``shard_mb`` times the units in flight (``2 * workers``),
+whatever the corpus size and however large its documents.
 
 With ``rank``/``world_size`` each machine tokenizes the units ``k`` with ``k % world_size == rank`` into
 the same (shared) folder and writes ``manifest.rank-R-of-N.json``; `merge_manifests` then writes the final
@@ -31,6 +33,7 @@ import json
 import math
 import os
 import shutil
+import struct
 import sys
 import threading
 import time
@@ -53,7 +56,7 @@ from tokembed.shards import (
     is_temp_file,
     sha256_file,
 )
-from tokembed.sources import FORMATS, InputFile, iter_records, resolve_inputs
+from tokembed.sources import CONT, FORMATS, LINES, MORE, InputFile, Span, line_number, plan_units, read_span, resolve_inputs
 
 __all__ = ["PrepareConfig", "PrepareResult", "merge_manifests", "prepare_corpus"]
 
@@ -160,58 +163,67 @@ class PrepareResult:
 # ----------------------------------------------------------------------------------------------- units
 
 
+VAL = 8  # Span.flags: a piece of a cut document that belongs to the val split
+VAL_KEY_BYTES = 1 << 20  # the validation split hashes a document's first MiB of text
+
+
 @dataclass
 class Unit:
-    """One work unit: the raw bytes of consecutive documents, packed for cheap pickling.
+    """One work unit: the byte spans of consecutive documents (see `tokembed.sources.plan_units`).
+    Spans of plain files carry no bytes, so a unit pickles to a few hundred bytes; workers read them.
 
-    ``blob[starts[j]:starts[j+1]]`` is document ``j``, read from input ``files[j]`` at ``lines[j]``/``offsets[j]``.
+    Attributes:
+        id: the unit's number (= the number of its shards).
+        spans: its spans, in input order.
+        disk_bytes: input bytes read from disk for it (for progress).
     """
 
     id: int
-    blob: bytes
-    starts: np.ndarray  # (n+1,) int64
-    files: np.ndarray  # (n,) int32
-    lines: np.ndarray  # (n,) int64
-    offsets: np.ndarray  # (n,) int64
-
-    def input_hash(self) -> str:
-        h = hashlib.blake2b(digest_size=16)
-        for a in (self.starts, self.files, self.lines):
-            h.update(np.ascontiguousarray(a).tobytes())
-        h.update(self.blob)
-        return h.hexdigest()
+    spans: list[Span]
+    disk_bytes: int = 0
 
 
-def iter_units(files: Sequence[InputFile], unit_bytes: int, *, on_progress=None) -> Iterator[Unit]:
-    """Cut the document stream into units of at least ``unit_bytes`` raw bytes (the last may be smaller)."""
-    buf: list[bytes] = []
-    meta: list[tuple[int, int, int]] = []
-    size, uid = 0, 0
+def _input_hash(spans: Sequence[Span], datas: Sequence[bytes]) -> str:
+    """What a finished unit was made from: every span's place, flags and bytes."""
+    h = hashlib.sha256()
+    for sp, data in zip(spans, datas):
+        h.update(struct.pack("<4q", sp.file, sp.start, sp.end, sp.flags))
+        h.update(data)
+    return h.hexdigest()[:32]
 
-    def flush() -> Unit:
-        starts = np.zeros(len(buf) + 1, dtype=np.int64)
-        np.cumsum([len(b) for b in buf], out=starts[1:])
-        m = np.asarray(meta, dtype=np.int64).reshape(-1, 3)
-        return Unit(uid, b"".join(buf), starts, m[:, 0].astype(np.int32), m[:, 1].copy(), m[:, 2].copy())
 
-    for rec in iter_records(files, on_progress=on_progress):
-        buf.append(rec.data)
-        meta.append((rec.file, rec.line, rec.offset))
-        size += len(rec.data)
-        if size >= unit_bytes:
-            yield flush()
-            buf, meta, size, uid = [], [], 0, uid + 1
-    if buf:
-        yield flush()
+def iter_units(files: Sequence[InputFile], config: PrepareConfig, *, carry: bool = False) -> Iterator[Unit]:
+    """The plan: the inputs cut into units of at least ``config.unit_bytes`` bytes (the last may be smaller).
+
+    A text document cut into pieces goes to one split as a whole: the split is decided here, once, from
+    the document's first `VAL_KEY_BYTES` (the same rule the workers apply to whole documents).
+    """
+    head = VAL_KEY_BYTES + 4 if config.val_fraction > 0 else 0  # + one UTF-8 character: see _head_in_val
+    in_val = False
+    for uid, (spans, disk_bytes) in enumerate(plan_units(files, config.unit_bytes, carry=carry, head_bytes=head)):
+        for sp in spans:
+            if sp.head is not None:
+                in_val = _in_val(sp.head.decode("utf-8", "replace"), config.val_fraction)
+                sp.head = None
+            if sp.flags & (CONT | MORE) and in_val:
+                sp.flags |= VAL
+        yield Unit(uid, spans, disk_bytes)
 
 
 # ----------------------------------------------------------------------------------------------- worker side
 
 
 def _in_val(text: str, val_fraction: float) -> bool:
+    """Whether a document goes to the val split: a hash of its first `VAL_KEY_BYTES` bytes of UTF-8 text.
+
+    The planner decides for documents it cuts into pieces from their first ``VAL_KEY_BYTES + 4`` raw
+    bytes decoded: UTF-8 decoding is prefix-stable except for a character cut at the end, and decoded
+    text is never shorter in bytes than the raw bytes it came from, so the key is the same.
+    """
     if val_fraction <= 0.0:
         return False
-    h = int.from_bytes(hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "little")
+    key = text[:VAL_KEY_BYTES].encode("utf-8", "surrogatepass")[:VAL_KEY_BYTES]  # (a char is >= 1 byte)
+    h = int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little")
     return h < val_fraction * 2.0**64
 
 
@@ -247,75 +259,105 @@ def _encode_ordinary(enc, text: str):
     return np.asarray(enc.encode_ordinary(text), dtype=np.uint32)
 
 
+def _records(sp: Span, data: bytes) -> Iterator[tuple[bytes, int, int]]:
+    """``(raw, offset, k)`` for each record of a span: its JSON lines (``k``-th line of the span), or its
+    one document or piece (``k = -1``)."""
+    if not sp.flags & LINES:
+        yield data, sp.start, -1
+        return
+    offset = sp.start
+    for k, raw in enumerate(data.split(b"\n")):  # the last item follows the final newline: blank
+        yield raw, offset, k
+        offset += len(raw) + 1
+
+
 def tokenize_unit(unit: Unit, config: PrepareConfig, names: Sequence[str] | dict[int, str]) -> dict[str, Any]:
-    """Tokenize one unit (runs in a worker). Returns per-split token and index arrays with their sha256,
-    and per-input-file counts. Raises ValueError naming the file and line/byte for bad input."""
+    """Tokenize one unit (runs in a worker): read its spans, hash them, decode, parse, tokenize.
+
+    Returns per-split token and index arrays with their sha256, the unit's input hash, and per-input-file
+    counts. Raises ValueError naming the file and line or byte offset for bad input.
+    """
     from tokembed.tokenizer import get_tokenizer
 
     _trim_heap()  # the previous unit's buffers are gone by now
     enc = get_tokenizer(config.tokenizer)
     eot = enc.eot_token
     dtype = dtype_for_vocab(enc.n_vocab)
+    datas = [read_span(sp, names[sp.file]) for sp in unit.spans]
+    input_hash = _input_hash(unit.spans, datas)
     pieces: dict[str, list[np.ndarray]] = {s: [] for s in SPLITS}
-    lengths: dict[str, list[int]] = {s: [] for s in SPLITS}
+    starts: dict[str, list[int]] = {s: [] for s in SPLITS}  # document starts within the split's shard
+    filled = dict.fromkeys(SPLITS, 0)
     stats: dict[int, dict[str, int]] = {}
-    mv = memoryview(unit.blob)
-    for j in range(len(unit.files)):
-        fi, line, offset = int(unit.files[j]), int(unit.lines[j]), int(unit.offsets[j])
+    for sp, data in zip(unit.spans, datas):
+        fi, name = sp.file, names[sp.file]
         st = stats.setdefault(fi, dict.fromkeys(FILE_STATS, 0))
-        raw = bytes(mv[unit.starts[j] : unit.starts[j + 1]])
-        where = f"{names[fi]}, line {line}" if line else names[fi]
-        if line and not raw.strip():
-            continue  # blank line in JSON Lines
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as e:
-            if config.strict:
-                gz = " of the decompressed data" if names[fi].endswith(".gz") else ""
-                raise ValueError(
-                    f"{where}: invalid UTF-8 at byte offset {offset + e.start}{gz} ({raw[e.start:e.start + 4]!r}); "
-                    "fix the file, or drop --strict to replace invalid bytes with U+FFFD"
-                ) from None
-            text = raw.decode("utf-8", "replace")
-            st["replaced"] += text.count("\ufffd") - raw.count("\ufffd".encode())
-        if line:
+        cut = sp.flags & (CONT | MORE)
+        for raw, offset, k in _records(sp, data):
+
+            def where() -> str:
+                if k < 0:
+                    return name
+                return f"{name}, line {sp.line + k if sp.line else line_number(name, offset)}"
+
+            if k >= 0 and not raw.strip():
+                continue  # blank line in JSON Lines
             try:
-                obj = json.loads(text)
-            except json.JSONDecodeError as e:
-                if config.skip_bad_lines:
-                    st["bad_lines"] += 1
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                if config.strict:
+                    gz = " of the decompressed data" if name.endswith(".gz") else ""
+                    raise ValueError(
+                        f"{where()}: invalid UTF-8 at byte offset {offset + e.start}{gz} ({raw[e.start:e.start + 4]!r}); "
+                        "fix the file, or drop --strict to replace invalid bytes with U+FFFD"
+                    ) from None
+                text = raw.decode("utf-8", "replace")
+                st["replaced"] += text.count("\ufffd") - raw.count("\ufffd".encode())
+            if k >= 0:
+                try:
+                    obj = json.loads(text)
+                except json.JSONDecodeError as e:
+                    if config.skip_bad_lines:
+                        st["bad_lines"] += 1
+                        continue
+                    raise ValueError(f"{where()}: not valid JSON ({e.msg} at column {e.colno}); fix the line or pass --skip-bad-lines") from None
+                value = obj.get(config.field) if isinstance(obj, dict) else None
+                if not isinstance(value, str):
+                    if config.skip_bad_lines:
+                        st["bad_lines"] += 1
+                        continue
+                    what = "lacks the field" if not isinstance(obj, dict) or config.field not in obj else f"has a non-string {type(value).__name__} in field"
+                    keys = f" (it has {', '.join(map(repr, list(obj)[:8]))})" if isinstance(obj, dict) else ""
+                    raise ValueError(f"{where()}: the JSON record {what} {config.field!r}{keys}; choose the field with --field, or pass --skip-bad-lines")
+                text = value
+            if cut:  # a piece of a cut document: never blank, its split decided by the planner
+                split = "val" if sp.flags & VAL else "train"
+            else:
+                if not text.strip():
+                    st["empty"] += 1
                     continue
-                raise ValueError(f"{where}: not valid JSON ({e.msg} at column {e.colno}); fix the line or pass --skip-bad-lines") from None
-            value = obj.get(config.field) if isinstance(obj, dict) else None
-            if not isinstance(value, str):
-                if config.skip_bad_lines:
-                    st["bad_lines"] += 1
-                    continue
-                what = "lacks the field" if not isinstance(obj, dict) or config.field not in obj else f"has a non-string {type(value).__name__} in field"
-                keys = f" (it has {', '.join(map(repr, list(obj)[:8]))})" if isinstance(obj, dict) else ""
-                raise ValueError(f"{where}: the JSON record {what} {config.field!r}{keys}; choose the field with --field, or pass --skip-bad-lines")
-            text = value
-        if not text.strip():
-            st["empty"] += 1
-            continue
-        ids = _encode_ordinary(enc, text)
-        split = "val" if _in_val(text, config.val_fraction) else "train"
-        arr = np.empty(len(ids) + 1, dtype=dtype)  # the document's tokens, then <|endoftext|>
-        arr[:-1] = ids
-        arr[-1] = eot
-        pieces[split].append(arr)
-        lengths[split].append(len(arr))
-        st["documents"] += 1
-        st["tokens"] += len(ids)
-        st["chars"] += len(text)
-        st["text_bytes"] += len(text.encode("utf-8", "surrogatepass"))
-    out: dict[str, Any] = {"unit": unit.id, "stats": stats, "splits": {}}
+                split = "val" if _in_val(text, config.val_fraction) else "train"
+            ids = _encode_ordinary(enc, text)
+            end = not sp.flags & MORE  # the document ends here: its <|endoftext|> follows
+            arr = np.empty(len(ids) + end, dtype=dtype)
+            arr[: len(ids)] = ids
+            if end:
+                arr[-1] = eot
+            if not sp.flags & CONT:
+                starts[split].append(filled[split])
+                st["documents"] += 1
+            pieces[split].append(arr)
+            filled[split] += len(arr)
+            st["tokens"] += len(ids)
+            st["chars"] += len(text)
+            st["text_bytes"] += len(text.encode("utf-8", "surrogatepass"))
+    del datas
+    out: dict[str, Any] = {"unit": unit.id, "input_hash": input_hash, "stats": stats, "splits": {}}
     for s in SPLITS:
         if not pieces[s]:
             continue
         tokens = np.concatenate(pieces[s])  # (n_tokens,)
-        index = np.zeros(len(lengths[s]), dtype=INDEX_DTYPE)  # (n_documents,) document starts
-        np.cumsum(lengths[s][:-1], out=index[1:])
+        index = np.asarray(starts[s], dtype=INDEX_DTYPE)  # (n_documents,) where documents start; none for a middle piece
         out["splits"][s] = {
             "tokens": tokens,
             "index": index,
@@ -585,9 +627,9 @@ def _load_record(path: Path) -> dict[str, Any] | None:
         return None  # absent or unreadable: the unit is simply done again
 
 
-def _write_unit(out: Path, result: dict[str, Any], input_hash: str, dtype: np.dtype) -> dict[str, Any]:
+def _write_unit(out: Path, result: dict[str, Any], dtype: np.dtype) -> dict[str, Any]:
     uid = result["unit"]
-    record: dict[str, Any] = {"unit": uid, "input_hash": input_hash, "splits": {}, "stats": {str(k): v for k, v in sorted(result["stats"].items())}}
+    record: dict[str, Any] = {"unit": uid, "input_hash": result["input_hash"], "splits": {}, "stats": {str(k): v for k, v in sorted(result["stats"].items())}}
     for split, r in result["splits"].items():
         tokens_rel, index_rel = f"{split}/{uid:05d}.bin", f"{split}/{uid:05d}.idx"
         atomic_write(out / tokens_rel, r["tokens"])
@@ -695,14 +737,14 @@ def prepare_corpus(
     t_start = time.perf_counter()
     result = PrepareResult(out, None, 0)
     records: list[dict[str, Any]] = []
-    pending: list = []  # futures, each with .unit_id and .input_hash
+    pending: list = []  # futures, each with .disk_bytes
     cancel = True
 
     def finish_one():
         fut = eng.wait_one(pending)
         pending.remove(fut)
         res = fut.result()
-        records.append(_write_unit(out, res, fut.input_hash, dtype))
+        records.append(_write_unit(out, res, dtype))
         n_tok = sum(len(r["tokens"]) for r in res["splits"].values())
         n_docs = sum(st["documents"] for st in res["stats"].values())
         res.clear()
@@ -716,37 +758,31 @@ def prepare_corpus(
             rate = bar.tokens / max(1e-9, time.perf_counter() - t_start)
             bar.set_postfix_str(f"{bar.docs:,} docs, {rate:,.0f} tok/s", refresh=False)
 
-    disk = {"read": 0, "marked": 0}  # input bytes read from disk; the bar advances as units finish
-
-    def on_read(n: int) -> None:
-        disk["read"] += n
-
-    def consumed() -> int:
-        n, disk["marked"] = disk["read"] - disk["marked"], disk["read"]
-        return n
-
     try:
         n_units = 0
-        for unit in iter_units(files, config.unit_bytes, on_progress=on_read):
+        # Ray workers may not see the input files: the driver reads the spans and ships their bytes.
+        for unit in iter_units(files, config, carry=engine == "ray"):
             n_units += 1
-            result.input_bytes += len(unit.blob)
+            result.input_bytes += sum(len(sp) for sp in unit.spans)
+            unit_names = {sp.file: names[sp.file] for sp in unit.spans}  # only this unit's file names
             if unit.id % world_size != rank:
                 result.units_skipped += 1
                 if bar is not None:
-                    bar.update(consumed())
+                    bar.update(unit.disk_bytes)
                 continue
-            input_hash = unit.input_hash()
             record = _load_record(out / PARTS / f"{unit.id:05d}.json")
-            if record is not None and _record_ok(out, record, input_hash, dtype.itemsize):
-                records.append(record)
-                result.units_skipped += 1
-                if bar is not None:
-                    bar.update(consumed())
-                continue
+            if record is not None:
+                input_hash = _input_hash(unit.spans, [read_span(sp, unit_names[sp.file]) for sp in unit.spans])
+                if _record_ok(out, record, input_hash, dtype.itemsize):
+                    records.append(record)
+                    result.units_skipped += 1
+                    if bar is not None:
+                        bar.update(unit.disk_bytes)
+                    continue
             while len(pending) >= eng.capacity:
                 finish_one()
-            fut = eng.submit(unit, config, {int(i): names[i] for i in np.unique(unit.files)})  # only this unit's file names
-            fut.unit_id, fut.input_hash, fut.disk_bytes = unit.id, input_hash, consumed()
+            fut = eng.submit(unit, config, unit_names)
+            fut.disk_bytes = unit.disk_bytes
             pending.append(fut)
             del unit
         while pending:

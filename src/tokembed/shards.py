@@ -5,7 +5,10 @@ A shard folder ``DIR/`` holds, per split (``train``, ``val``):
 - ``DIR/<split>/NNNNN.bin``: raw little-endian token ids, ``np.memmap(path, dtype=dtype, mode="r")``.
   uint16 is enough while the vocabulary fits (GPT-2's largest id is 50256 < 2**16), uint32 otherwise.
 - ``DIR/<split>/NNNNN.idx``: raw little-endian int64, the offset in that shard where each document starts.
-  Every document is its tokens followed by one ``<|endoftext|>``; documents never straddle shards.
+  Every document is its tokens followed by one ``<|endoftext|>``. A document longer than a shard (a huge
+  text file) goes on in the next shards of its split: its start is listed in the shard where it begins, so
+  a shard whose index does not start at 0 begins with the rest of the previous shard's last document.
+  Global offsets (`ShardSet.doc_starts`) are what readers use.
 - ``DIR/manifest.json``, written last and atomically: format version, tokenizer name and vocabulary hash,
   dtype, and per shard its counts, byte size and sha256 checksums (see `ShardInfo`).
 
@@ -31,26 +34,32 @@ from typing import Any
 import numpy as np
 
 from tokembed._atomic import atomic_write, atomic_write_json, fsync_dir, is_temp_file  # noqa: F401 (re-exported)
+from tokembed._checks import check_positive_int
 
 __all__ = [
     "FORMAT",
     "MANIFEST",
     "VERSION",
     "Plan",
+    "RankPlan",
     "ShardInfo",
     "ShardSet",
+    "add_rank_plans",
     "atomic_write",
     "check_shards",
     "dtype_for_vocab",
     "open_shards",
     "plan",
+    "rank_plan",
     "read_manifest",
     "sha256_file",
     "shard_stats",
+    "window_count",
 ]
 
 FORMAT = "tokembed-shards"
-VERSION = 1
+VERSION = 2  # 2: a document may go on into the next shards (1: documents never straddle shards)
+READABLE_VERSIONS = (1, 2)  # version 1 folders are valid version 2 folders
 MANIFEST = "manifest.json"
 INDEX_DTYPE = np.dtype("<i8")
 _CHECK_HINT = "run `tokembed check {root}` to list every problem, then re-create the folder with `tokembed prepare ... --overwrite`"
@@ -72,7 +81,7 @@ class ShardInfo:
         tokens: path of the token file, relative to the shard folder (``"train/00000.bin"``).
         index: path of the document index (``"train/00000.idx"``).
         n_tokens: tokens in the shard, ``<|endoftext|>`` separators included.
-        n_documents: documents in the shard (entries of the index).
+        n_documents: documents that start in the shard (entries of the index).
         bytes: size of the token file in bytes (``n_tokens * itemsize``).
         sha256: sha256 of the token file.
         index_sha256: sha256 of the index file.
@@ -139,9 +148,9 @@ def read_manifest(root: str | os.PathLike) -> dict[str, Any]:
         raise ValueError(f"{path} is not valid JSON ({e}); {_CHECK_HINT.format(root=root)}") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise ValueError(f"{path} is not a tokembed shard manifest (format {manifest.get('format') if isinstance(manifest, dict) else None!r}, expected {FORMAT!r})")
-    if manifest.get("version") != VERSION:
+    if manifest.get("version") not in READABLE_VERSIONS:
         raise ValueError(
-            f"{path} has shard format version {manifest.get('version')!r}; this tokembed reads version {VERSION}: "
+            f"{path} has shard format version {manifest.get('version')!r}; this tokembed reads versions {', '.join(map(str, READABLE_VERSIONS))}: "
             "upgrade tokembed, or re-create the shards with this version's `tokembed prepare`"
         )
     for key in ("tokenizer", "dtype", "splits"):
@@ -258,12 +267,11 @@ class ShardSet:
         return np.concatenate(pieces)
 
     def documents(self) -> Iterator[np.ndarray]:
-        """Yield each document's tokens (without its ``<|endoftext|>``), shard by shard."""
-        for i in range(len(self.shards)):
-            toks, idx = self.tokens(i), self.index(i)
-            ends = np.append(idx[1:], len(toks))
-            for a, b in zip(idx, ends):
-                yield np.asarray(toks[a : b - 1])
+        """Yield each document's tokens (without its ``<|endoftext|>``), in order, across shard boundaries."""
+        starts = self.doc_starts()
+        ends = np.append(starts[1:], self.n_tokens)
+        for a, b in zip(starts, ends):
+            yield self.read(int(a), int(b) - 1)
 
     def plan(self, *, max_length: int, stride: int, batch_size: int, drop_last: bool = True) -> Plan:
         """The sliding-window plan over this split's token stream (see `plan`)."""
@@ -332,10 +340,12 @@ def _check_split(root: Path, manifest: dict[str, Any], split: str, *, full: bool
         problems.append(f"split {split!r}: manifest total of {entry.get('tokens')} tokens differs from the sum over its shards ({sum(s.n_tokens for s in shards)})")
     if sum(s.n_documents for s in shards) != entry.get("documents"):
         problems.append(f"split {split!r}: manifest total of {entry.get('documents')} documents differs from the sum over its shards ({sum(s.n_documents for s in shards)})")
+    previous_ends: bool | None = True  # the stream starts at a document start; None: unknown (damaged shard)
     for s in shards:
         file_problems = _shard_file_problems(root, s, dtype.itemsize)
         problems += file_problems
         if file_problems or not full:
+            previous_ends = None
             continue
         bad_sum = False
         if sha256_file(root / s.tokens) != s.sha256:
@@ -345,19 +355,37 @@ def _check_split(root: Path, manifest: dict[str, Any], split: str, *, full: bool
             problems.append(f"{s.index}: sha256 mismatch (the document index was modified or damaged)")
             bad_sum = True
         if bad_sum:
+            previous_ends = None
             continue
         # Checksums match: the content is what prepare wrote; still check it is a valid shard.
         idx = np.fromfile(root / s.index, dtype=INDEX_DTYPE)
         toks = np.memmap(root / s.tokens, dtype=dtype, mode="r") if s.n_tokens else np.zeros(0, dtype)
-        if len(idx) and (idx[0] != 0 or np.any(np.diff(idx) < 1) or idx[-1] >= s.n_tokens):
-            problems.append(f"{s.index}: document starts are not strictly increasing from 0 within the shard's {s.n_tokens} tokens")
-        elif s.n_tokens and eot is not None:
-            ends = np.append(idx[1:], s.n_tokens) - 1
-            if np.any(toks[ends] != eot):
-                problems.append(f"{s.tokens}: a document does not end with <|endoftext|> ({eot})")
+        if len(idx) and (idx[0] < 0 or np.any(np.diff(idx) < 1) or idx[-1] >= s.n_tokens):
+            problems.append(f"{s.index}: document starts are not strictly increasing within the shard's {s.n_tokens} tokens")
+            previous_ends = None
+            continue
+        if s.n_tokens and eot is not None:
+            # <|endoftext|> ends every document and appears nowhere else (documents are encoded as
+            # ordinary text): it sits just before each listed start, and last if the shard ends a document.
+            ends_document = bool(toks[-1] == eot)
+            expected = np.append(idx[idx > 0] - 1, [s.n_tokens - 1] if ends_document else [])
+            if not np.array_equal(np.flatnonzero(toks == eot), expected):
+                problems.append(f"{s.tokens}: its <|endoftext|> tokens ({eot}) are not exactly where the index says documents end")
+            starts_document = bool(len(idx) and idx[0] == 0)
+            if previous_ends is not None and previous_ends != starts_document:
+                if starts_document:
+                    why = "starts a document, but the shard before it ends inside one (is a shard missing?)"
+                elif s is shards[0]:
+                    why = "is the split's first shard but begins inside a document (is a shard missing?)"
+                else:
+                    why = "begins inside a document, but the shard before it ends with <|endoftext|> (is a shard missing?)"
+                problems.append(f"{s.tokens}: {why}")
+            previous_ends = ends_document
         if s.n_tokens and int(toks.max()) >= n_vocab:
             problems.append(f"{s.tokens}: token id {int(toks.max())} is outside the vocabulary (size {n_vocab})")
         del toks
+    if full and previous_ends is False and not problems:
+        problems.append(f"split {split!r}: its last shard ends inside a document (no <|endoftext|>); a shard is missing at the end")
     return problems
 
 
@@ -412,6 +440,11 @@ def check_shards(root: str | os.PathLike) -> list[str]:
 # ----------------------------------------------------------------------------------------------- plan
 
 
+def window_count(n_tokens: int, max_length: int, stride: int) -> int:
+    """The number of windows the chapter takes: ``len(range(0, n_tokens - max_length, stride))``."""
+    return max(0, -(-(n_tokens - max_length) // stride))
+
+
 @dataclass(frozen=True)
 class Plan:
     """How a token stream is cut into sliding windows and batches (the chapter's arithmetic).
@@ -445,15 +478,13 @@ class Plan:
 def plan(n_tokens: int, *, max_length: int, stride: int, batch_size: int, drop_last: bool = True) -> Plan:
     """Windows, batches per epoch and dropped tail for a stream of ``n_tokens`` tokens.
 
-    Uses `tokembed.windows.window_count`, the same arithmetic as the loaders, so the numbers agree.
+    Uses `window_count`, the same arithmetic as the loaders, so the numbers agree.
     """
     for name, value in (("max_length", max_length), ("stride", stride), ("batch_size", batch_size)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
             raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
     if n_tokens < 0:
         raise ValueError(f"n_tokens must be >= 0, got {n_tokens}")
-    from tokembed.windows import window_count
-
     windows = int(window_count(int(n_tokens), int(max_length), int(stride)))
     batches, rest = divmod(windows, batch_size)
     if not drop_last and rest:
@@ -492,3 +523,61 @@ def shard_stats(root: str | os.PathLike, *, max_length: int | None = 256, stride
         row["tokens_per_byte"] = f["tokens"] / f["text_bytes"] if f.get("text_bytes") else None
         out["inputs"].append(row)
     return out
+
+
+# ----------------------------------------------------------------------------------------------- ranks
+
+
+@dataclass(frozen=True)
+class RankPlan:
+    """How one epoch of ``windows`` is cut into batches for each of ``world_size`` ranks.
+
+    Attributes:
+        windows: windows in the epoch (``N``).
+        batch_size: windows per full batch (``B``).
+        world_size: ranks (``W``).
+        drop_last: drop the tail (< W*B windows) instead of sharing it out.
+        batches: batches per rank per epoch (the same on every rank).
+        full_steps: steps where each rank gets a full batch, ``N // (W*B)``.
+        last_batch_size: windows in each rank's last batch (``B`` unless the tail is shared out).
+        dropped_windows: windows of the epoch no rank sees (``drop_last=True``).
+        padded_windows: windows seen twice to even out the ranks' last batches (``drop_last=False``).
+    """
+
+    windows: int
+    batch_size: int
+    world_size: int
+    drop_last: bool
+    batches: int
+    full_steps: int
+    last_batch_size: int
+    dropped_windows: int
+    padded_windows: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def rank_plan(windows: int, *, batch_size: int, world_size: int = 1, drop_last: bool = True) -> RankPlan:
+    """Batches per rank for an epoch of ``windows`` windows: the arithmetic the loader follows."""
+    batch_size = check_positive_int("batch_size", batch_size)
+    world_size = check_positive_int("world_size", world_size)
+    step = batch_size * world_size
+    full, tail = divmod(int(windows), step)
+    if drop_last or tail == 0:
+        return RankPlan(windows, batch_size, world_size, drop_last, full, full, batch_size if full else 0, tail, 0)
+    share = -(-tail // world_size)  # ceil: every rank's last batch has the same size
+    return RankPlan(windows, batch_size, world_size, drop_last, full + 1, full, share, 0, share * world_size - tail)
+
+
+def add_rank_plans(stats: dict[str, Any], *, world_size: int) -> dict[str, Any]:
+    """Add ``"rank_plan"`` (a `RankPlan` dict) to each split of ``tokembed.shards.shard_stats``'s result.
+
+    ``tokembed stats --world-size`` prints it: the batches each rank's `create_dataloader` yields.
+    """
+    world_size = check_positive_int("world_size", world_size, hint="the number of ranks (processes) sharing each epoch")
+    for split in stats["splits"].values():
+        pl = split.get("plan")
+        if pl is not None:
+            split["rank_plan"] = rank_plan(pl["windows"], batch_size=pl["batch_size"], world_size=world_size, drop_last=pl["drop_last"]).to_dict()
+    return stats

@@ -1,4 +1,4 @@
-"""Corpus inputs: which files, in which order, and the raw documents they hold.
+"""Corpus inputs: which files, in which order, and how they are cut into byte spans for the workers.
 
 Inputs are files, folders (searched recursively), glob patterns, or ``-`` (standard input). Formats:
 
@@ -7,7 +7,16 @@ Inputs are files, folders (searched recursively), glob patterns, or ``-`` (stand
 - gzip-compressed versions of these (``.gz`` after the suffix).
 
 The list is de-duplicated and sorted, so the same inputs always give the same documents in the same
-order. Reading yields raw bytes; decoding and JSON parsing happen in the tokenizing workers.
+order. `plan_units` cuts them into work units of byte `Span`s. A plain file is only read around the cut
+points (the workers read the spans themselves); a stream (gzip, stdin) is read through once and each
+span carries its bytes. Decoding, JSON parsing and tokenizing happen in the workers.
+
+A text document larger than a unit is cut into pieces at **pre-tokenizer-safe points**: just before an
+ASCII whitespace byte that follows a non-whitespace character. GPT-2's pre-tokenizer never joins a
+non-whitespace character and the whitespace after it into one pre-token, and it matches from such a
+point the same way whether or not text precedes it, so the pieces' token ids, concatenated, are exactly
+the ids of the whole document (a test checks this on random text). A document with no such point
+(no whitespace at all) stays whole.
 """
 
 from __future__ import annotations
@@ -15,17 +24,23 @@ from __future__ import annotations
 import glob
 import gzip
 import os
+import re
 import sys
+import unicodedata
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import BinaryIO
 
-__all__ = ["FORMATS", "InputFile", "RawRecord", "iter_records", "resolve_inputs"]
+__all__ = ["CONT", "FORMATS", "MORE", "LINES", "InputFile", "Span", "line_number", "plan_units", "read_span", "resolve_inputs", "safe_cut"]
 
 FORMATS = ("auto", "text", "jsonl")
 TEXT_SUFFIXES = (".txt", ".text", ".md", ".markdown", ".rst")
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
 STDIN = "-"
+CONT = 1  # Span.flags: this span continues a document begun in an earlier span
+MORE = 2  # Span.flags: the document goes on in the next span
+LINES = 4  # Span.flags: the span holds JSON lines (else one text document or a piece of one)
+SCAN = 1 << 16  # bytes read at a time when looking for a cut point
 
 
 @dataclass(frozen=True)
@@ -48,21 +63,32 @@ class InputFile:
         return {"path": self.path, "format": self.format, "compressed": self.compressed, "bytes": self.size}
 
 
-@dataclass(frozen=True)
-class RawRecord:
-    """The raw bytes of one document, and where they came from (for error messages).
+@dataclass
+class Span:
+    """Bytes ``[start, end)`` of input file ``file`` (decompressed): whole JSON lines, or one text
+    document, or a piece of one.
 
     Attributes:
         file: index of the `InputFile`.
-        line: 1-based line number for JSON Lines, 0 for a whole-file document.
-        offset: byte offset of the record in the (decompressed) file.
-        data: the raw bytes.
+        start, end: byte offsets in the (decompressed) file.
+        flags: `LINES` for JSON lines; for a piece of a text document `CONT` and/or `MORE` (higher bits
+            are free for the caller).
+        data: the bytes, when the planner had to read them (a stream, or ``carry=True``); ``None`` means
+            whoever tokenizes the span reads them from the file (`read_span`).
+        line: 1-based number of the span's first line when known (streams), else 0 (found on demand).
+        head: for the first piece of a cut document, the document's first ``head_bytes`` bytes.
     """
 
     file: int
-    line: int
-    offset: int
-    data: bytes
+    start: int
+    end: int
+    flags: int = 0
+    data: bytes | None = None
+    line: int = 0
+    head: bytes | None = None
+
+    def __len__(self) -> int:
+        return self.end - self.start
 
 
 def _format_of(path: str, forced: str) -> tuple[str, bool] | None:
@@ -146,50 +172,209 @@ def _open(f: InputFile) -> BinaryIO:
     return gzip.GzipFile(fileobj=raw, mode="rb") if f.compressed else raw
 
 
-class _CountingReader:
-    """Wraps a file: counts bytes read from disk (compressed bytes for gzip), for progress."""
+class _Cursor:
+    """Reads one input for planning: a plain file with ``pread`` around the cut points only; a stream
+    (gzip, stdin) front to back, keeping the bytes from the last span's end on (they become span data)."""
 
-    def __init__(self, f: InputFile):
+    def __init__(self, f: InputFile, carry: bool):
         self.stream = _open(f)
-        self.disk = self.stream.fileobj if isinstance(self.stream, gzip.GzipFile) else self.stream
+        self.seekable = f.path != STDIN and not f.compressed
+        self.carry = carry
+        self.size = f.size if self.seekable else None
+        self.buf, self.base, self.eof = bytearray(), 0, False
 
-    def disk_position(self) -> int:
+    def window(self, pos: int, n: int) -> bytes:
+        """Bytes ``[pos, pos + n)``, fewer at the end of the input. A stream never goes back before the
+        last span's end."""
+        if self.seekable:
+            return os.pread(self.stream.fileno(), n, pos)
+        while not self.eof and self.base + len(self.buf) < pos + n:
+            chunk = self.stream.read(max(SCAN, pos + n - self.base - len(self.buf)))
+            if not chunk:
+                self.eof = True
+            self.buf += chunk
+        return bytes(self.buf[pos - self.base : pos - self.base + n])
+
+    def end(self) -> int | None:
+        """The input's size, once known."""
+        if self.seekable:
+            return self.size
+        return self.base + len(self.buf) if self.eof else None
+
+    def take(self, start: int, end: int) -> bytes | None:
+        """The bytes of a new span ``[start, end)`` when they travel with it, else None."""
+        if self.seekable:
+            return os.pread(self.stream.fileno(), end - start, start) if self.carry else None
+        self.window(start, end - start)
+        data = bytes(self.buf[start - self.base : end - self.base])
+        del self.buf[: end - self.base]
+        self.base = end
+        return data
+
+    def disk_position(self, pos: int) -> int:
+        """Bytes read from disk so far (compressed bytes for gzip), for progress."""
+        if self.seekable:
+            return pos
+        disk = getattr(self.stream, "fileobj", None)
         try:
-            return self.disk.tell()
+            return disk.tell() if disk is not None else pos
         except (OSError, ValueError):
-            return 0
+            return pos
+
+    def close(self) -> None:
+        if self.stream is sys.stdin.buffer:
+            return
+        disk = getattr(self.stream, "fileobj", None)
+        self.stream.close()
+        if disk is not None:
+            disk.close()
 
 
-def iter_records(files: Sequence[InputFile], *, on_progress=None) -> Iterator[RawRecord]:
-    """Yield every document's raw bytes, file by file, in order.
+_WHITESPACE = re.compile(rb"[\t\n\x0b\x0c\r ]")
+
+
+def _after_non_space(w: bytes, i: int) -> bool:
+    """Whether the character that ends just before ``w[i]`` is certainly not whitespace. Looks back at
+    most 4 bytes (one UTF-8 character), so the answer depends only on the input, not on the window."""
+    b = w[i - 1]
+    if 0x21 <= b <= 0x7E:
+        return True
+    if b < 0x80:
+        return False  # ASCII whitespace or a control character
+    j = i - 1
+    while j > max(0, i - 4) and 0x80 <= w[j] <= 0xBF:  # back to the lead byte
+        j -= 1
+    try:
+        ch = w[j:i].decode("utf-8")
+    except UnicodeDecodeError:
+        return False  # invalid or cut UTF-8: not a place to cut
+    # Letters, marks, numbers, punctuation and symbols are never Unicode White_Space (the regex's \s).
+    return len(ch) == 1 and unicodedata.category(ch)[0] in "LMNPS"
+
+
+def safe_cut(w: bytes, lo: int = 1) -> int:
+    """The first index ``i >= lo`` where ``w`` may be cut for GPT-2-style tokenizers, or -1.
+
+    ``w[i]`` is ASCII whitespace and the character before it is not whitespace, so
+    ``encode(w[:i]) + encode(w[i:]) == encode(w)`` (see the module docstring)."""
+    for m in _WHITESPACE.finditer(w, max(lo, 1)):
+        if _after_non_space(w, m.start()):
+            return m.start()
+    return -1
+
+
+def _line_cut(w: bytes, lo: int) -> int:
+    i = w.find(b"\n", lo)
+    return i + 1 if i >= 0 else -1
+
+
+def _find_cut(cur: _Cursor, floor: int, target: int, accept) -> int:
+    """The first cut ``accept`` allows at or after byte ``target``; the end of the input if none. Nothing
+    before ``floor`` (the current span's start) is read."""
+    pos = max(floor, target - 4)  # 4 bytes of look-behind: a safe cut looks at the character before it
+    lo = target - pos
+    while True:
+        w = cur.window(pos, SCAN)
+        end = cur.end()
+        if end is not None and target >= end:
+            return end
+        i = accept(w, lo)
+        if i >= 0:
+            return pos + i
+        if len(w) < SCAN:
+            return pos + len(w)
+        pos, lo = pos + SCAN - 4, 4  # windows overlap by the look-behind
+
+
+def _file_spans(cur: _Cursor, fi: int, f: InputFile, unit_bytes: int, filled, head_bytes: int) -> Iterator[Span]:
+    """The spans of one input. ``filled()`` says how many bytes the current unit already holds."""
+    pos = 0
+    if f.format == "jsonl":
+        line = 1
+        while True:
+            # The line holding the unit's last needed byte ends the span (units end at a line's end).
+            cut = _find_cut(cur, pos, pos + unit_bytes - filled() - 1, _line_cut)
+            if cut == pos:
+                return
+            data = cur.take(pos, cut)
+            yield Span(fi, pos, cut, flags=LINES, data=data, line=line if data is not None else 0)
+            if data is not None:
+                line += data.count(b"\n")
+            pos = cut
+    # A text file is one document; one larger than a unit is cut into pieces of at least unit_bytes,
+    # at safe points counted from the document's start (so the pieces do not depend on the units).
+    while True:
+        cut = _find_cut(cur, pos, pos + unit_bytes, safe_cut)
+        end = cur.end()
+        more = end is None or cut < end
+        flags = (CONT if pos > 0 else 0) | (MORE if more else 0)
+        head = cur.window(0, head_bytes) if head_bytes and flags == MORE else None
+        yield Span(fi, pos, cut, flags=flags, data=cur.take(pos, cut), head=head)
+        if not more:
+            return
+        pos = cut
+
+
+def plan_units(files: Sequence[InputFile], unit_bytes: int, *, carry: bool = False, head_bytes: int = 0) -> Iterator[tuple[list[Span], int]]:
+    """Cut the inputs, in order, into work units of at least ``unit_bytes`` bytes (the last may be smaller).
+
+    A unit ends at the end of the JSON line, text document or document piece that fills it. The cuts
+    depend only on the input bytes and ``unit_bytes``.
 
     Args:
         files: the inputs, from `resolve_inputs`.
-        on_progress: optional callable ``(disk_bytes_delta) -> None``, called as input is consumed.
+        unit_bytes: bytes of input per unit.
+        carry: read every span's bytes here (for workers without access to the files); streams always do.
+        head_bytes: give the first piece of each cut document its first ``head_bytes`` bytes (`Span.head`).
+
+    Yields:
+        ``(spans, disk_bytes)``: the unit's spans, and the bytes read from disk up to its end (compressed
+        bytes for gzip), for progress.
     """
-    for i, f in enumerate(files):
-        reader = _CountingReader(f)
-        done = 0
+    unit: list[Span] = []
+    size, done_files, marked = 0, 0, 0
+    for fi, f in enumerate(files):
+        cur = _Cursor(f, carry)
         try:
-            if f.format == "text":
-                data = reader.stream.read()
-                yield RawRecord(i, 0, 0, data)
-            else:
-                offset = 0
-                for line_no, line in enumerate(reader.stream, start=1):
-                    yield RawRecord(i, line_no, offset, line)
-                    offset += len(line)
-                    if on_progress is not None and line_no % 4096 == 0:
-                        pos = reader.disk_position()
-                        on_progress(pos - done)
-                        done = pos
+            for span in _file_spans(cur, fi, f, unit_bytes, lambda: size, head_bytes):
+                unit.append(span)
+                size += len(span)
+                if size >= unit_bytes:
+                    disk = done_files + cur.disk_position(span.end)
+                    yield unit, disk - marked
+                    unit, size, marked = [], 0, disk
+            done_files += f.size if f.size is not None else cur.disk_position(cur.end() or 0)
         except (OSError, EOFError) as e:
             raise ValueError(f"{f.path}: cannot be read ({e}); the file may be truncated or not {'gzip' if f.compressed else 'text'}") from None
         finally:
-            if on_progress is not None:
-                end = f.size if f.size is not None else reader.disk_position()
-                on_progress(max(0, end - done))
-            if f.path != STDIN:
-                reader.stream.close()
-                if reader.disk is not reader.stream:
-                    reader.disk.close()
+            cur.close()
+    if unit:
+        yield unit, max(0, done_files - marked)
+
+
+def read_span(span: Span, path: str) -> bytes:
+    """The bytes of ``span`` (its data, or read from ``path``).
+
+    Raises:
+        ValueError: the file no longer holds those bytes (it changed or shrank since it was planned).
+    """
+    if span.data is not None:
+        return span.data
+    with open(path, "rb") as f:
+        data = os.pread(f.fileno(), len(span), span.start)
+    if len(data) != len(span):
+        raise ValueError(f"{path} changed while it was being prepared (read {len(data)} of {len(span)} bytes at offset {span.start}); rerun the same command")
+    return data
+
+
+def line_number(path: str, offset: int) -> int:
+    """The 1-based line at byte ``offset`` of a plain file (only for error messages: reads the file up to there)."""
+    n, pos = 1, 0
+    with open(path, "rb") as f:
+        while pos < offset:
+            block = f.read(min(1 << 22, offset - pos))
+            if not block:
+                break
+            n += block.count(b"\n")
+            pos += len(block)
+    return n

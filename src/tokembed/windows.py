@@ -20,14 +20,10 @@ from torch.utils.data import DataLoader, Dataset, RandomSampler, SequentialSampl
 
 from tokembed import shards as shards_mod
 from tokembed._checks import check_positive_int
+from tokembed.shards import window_count
 from tokembed.tokenizer import ENDOFTEXT, get_tokenizer
 
 __all__ = ["GPTDatasetV1", "SlidingWindowDataset", "create_dataloader_v1", "encode_text", "window_count"]
-
-
-def window_count(n_tokens: int, max_length: int, stride: int) -> int:
-    """The number of windows the chapter takes: ``len(range(0, n_tokens - max_length, stride))``."""
-    return max(0, -(-(n_tokens - max_length) // stride))
 
 
 def encode_text(txt: str, tokenizer=None) -> np.ndarray:

@@ -5,6 +5,10 @@ Each subcommand lives in its own module under ``tokembed.cli`` and defines
 ``(args) -> int`` that calls one library function. User errors (bad values, missing
 files) are raised by the library as ValueError/TypeError/FileNotFoundError/... and
 printed here as one line, with exit status 2 (set TOKEMBED_DEBUG=1 for the traceback).
+
+Every call builds the whole parser, so command modules import only argparse and the standard
+library at top level and import the library inside ``func``: ``tokembed --version`` and
+``tokembed check DIR`` never import torch (tests/test_cli_startup.py checks it).
 """
 
 from __future__ import annotations

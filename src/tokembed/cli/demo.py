@@ -6,8 +6,6 @@ import argparse
 import json
 from pathlib import Path
 
-from tokembed.demo import chapter_walk
-
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="walk the chapter: text -> tokens -> batch -> token + positional embeddings",
@@ -30,6 +28,8 @@ def _read_text(path: Path) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from tokembed.demo import chapter_walk  # imports torch: only this command pays for it
+
     text = _read_text(args.text) if args.text else None
     facts = chapter_walk(text, source=str(args.text) if args.text else None, batch_size=args.batch_size,
                          max_length=args.max_length, stride=args.stride, dim=args.dim)

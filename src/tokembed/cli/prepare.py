@@ -1,4 +1,7 @@
-"""`tokembed prepare | check | stats | merge`: corpora on disk -> verified token shards."""
+"""`tokembed prepare | check | stats | merge`: corpora on disk -> verified token shards.
+
+The library is imported inside each command, so building the parser (every `tokembed ...` call) stays cheap.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +9,6 @@ import argparse
 import json
 import sys
 from pathlib import Path
-
-from tokembed.prepare import PrepareConfig, merge_manifests, prepare_corpus
-from tokembed.shards import check_shards, shard_stats
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -53,6 +53,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run_prepare(args: argparse.Namespace) -> int:
+    from tokembed.prepare import PrepareConfig, prepare_corpus
+
     config = PrepareConfig(
         tokenizer=args.tokenizer, field=args.field, format=args.format, val_fraction=args.val_fraction,
         shard_mb=args.shard_mb, strict=args.strict, skip_bad_lines=args.skip_bad_lines,
@@ -74,6 +76,8 @@ def run_prepare(args: argparse.Namespace) -> int:
 
 
 def run_check(args: argparse.Namespace) -> int:
+    from tokembed.shards import check_shards, shard_stats
+
     problems = check_shards(args.dir)
     if problems:
         for line in problems:
@@ -87,10 +91,10 @@ def run_check(args: argparse.Namespace) -> int:
 
 
 def run_stats(args: argparse.Namespace) -> int:
-    st = shard_stats(args.dir, max_length=args.max_length, stride=args.stride, batch_size=args.batch_size)
-    from tokembed.loader import add_rank_plans  # per-rank batches: the loader's own arithmetic
+    from tokembed.shards import add_rank_plans, shard_stats
 
-    add_rank_plans(st, world_size=args.world_size)
+    st = shard_stats(args.dir, max_length=args.max_length, stride=args.stride, batch_size=args.batch_size)
+    add_rank_plans(st, world_size=args.world_size)  # per-rank batches: the arithmetic the loader follows
     if args.json:
         print(json.dumps(st, indent=2))
         return 0
@@ -116,6 +120,8 @@ def run_stats(args: argparse.Namespace) -> int:
 
 
 def run_merge(args: argparse.Namespace) -> int:
+    from tokembed.prepare import merge_manifests
+
     manifest = merge_manifests(args.dir)
     sizes = ", ".join(f"{k}: {v['documents']:,} documents, {v['tokens']:,} tokens" for k, v in manifest["splits"].items())
     print(f"{args.dir}: merged ({sizes})", file=sys.stderr)

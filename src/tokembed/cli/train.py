@@ -5,10 +5,38 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from dataclasses import fields
 from pathlib import Path
 
-from tokembed.embeddings.registry import POSITIONAL_NAMES
+
+class _SchemeNames(Sequence):
+    """``tokembed.embeddings.registry.POSITIONAL_NAMES``, read only when argparse looks at it.
+
+    The registry imports torch (~2 s); building the parser must not, or every command pays for it.
+    argparse reads choices when it checks a value and when it formats ``%(choices)s`` / ``%(default)s``
+    in ``tokembed train --help`` (both need torch anyway), never while arguments are added, as long as
+    the argument has a metavar (otherwise argparse lists the choices in it at once). Python 3.14's argparse
+    also formats help while arguments are added, so there torch is imported again (tests/test_cli_startup.py
+    says so); the lasting fix is a torch-free home for the names.
+    """
+
+    def _names(self) -> tuple[str, ...]:
+        from tokembed.embeddings.registry import POSITIONAL_NAMES
+
+        return POSITIONAL_NAMES
+
+    def __getitem__(self, i):
+        return self._names()[i]
+
+    def __len__(self) -> int:
+        return len(self._names())
+
+    def __str__(self) -> str:  # as `--schemes` takes them
+        return ",".join(self._names())
+
+
+_SCHEMES = _SchemeNames()
 
 
 def _lengths(text: str) -> list[int]:
@@ -31,7 +59,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, type=Path, help="checkpoint directory (written atomically; --resume continues it)")
     p.add_argument("--resume", action="store_true", help="continue the checkpoint in --out exactly where it stopped")
     m = p.add_argument_group("model (ignored with --resume: taken from the checkpoint)")
-    m.add_argument("--positional", choices=POSITIONAL_NAMES, help="positional scheme (default learned)")
+    m.add_argument("--positional", choices=_SCHEMES, metavar="SCHEME", help="positional scheme: %(choices)s (default learned)")
     m.add_argument("--context-length", type=int, help="model context (default: --max-length)")
     m.add_argument("--dim", type=int, help="model width (default 64)")
     m.add_argument("--layers", type=int, dest="n_layers", help="transformer blocks (default 2)")
@@ -72,7 +100,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     pos = xs.add_parser("positions", help="train short, test long: every positional scheme", description="Train the same small GPT once per positional scheme and evaluate it at 1x..8x the training length.")
     pos.add_argument("data", help="shard folder or text file")
     pos.add_argument("--out", type=Path, required=True, help="folder for positions.md/.json/.png and the checkpoints")
-    pos.add_argument("--schemes", type=_names, default=list(POSITIONAL_NAMES), help=f"comma-separated (default all: {','.join(POSITIONAL_NAMES)})")
+    pos.add_argument("--schemes", type=_names, default=_SCHEMES, help="comma-separated (default all: %(default)s)")
     pos.add_argument("--train-length", type=int)
     pos.add_argument("--multiples", type=_lengths, help="evaluation lengths as multiples of the training length (default 1,2,4,8)")
     pos.add_argument("--steps", type=int)

@@ -1,0 +1,155 @@
+"""`tokembed` commands that need no torch do not import it (~2 s of every call otherwise).
+
+Each command runs in a fresh interpreter (this venv's python), which reports the modules it imported;
+the parent checks the list. Commands that need torch (train, inspect, demo, ...) are tested elsewhere.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tokembed import prepare_corpus
+from tokembed.cli import main
+
+TEXT = " ".join(f"The quick brown fox jumps over the lazy dog, {i} times." for i in range(60))  # one document
+
+# argv[1]: where to write the module list; argv[2:]: the command line. --help, --version and argparse errors
+# end in SystemExit, whose code is the exit status.
+RUN_MAIN = """
+import json, sys
+from tokembed.cli import main
+try:
+    status = main(sys.argv[2:])
+except SystemExit as e:
+    status = e.code
+json.dump(sorted(sys.modules), open(sys.argv[1], "w"))
+sys.exit(status)
+"""
+
+BUILD_PARSER = """
+import json, sys
+from tokembed.cli import build_parser
+build_parser()
+json.dump(sorted(sys.modules), open(sys.argv[1], "w"))
+"""
+
+
+def run_child(tmp_path: Path, code: str, *argv: str) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """Run `code` in a new interpreter; return the finished process and the modules it imported."""
+    modules_file = tmp_path / "modules.json"
+    modules_file.unlink(missing_ok=True)
+    proc = subprocess.run([sys.executable, "-c", code, str(modules_file), *argv], capture_output=True, text=True, timeout=120)
+    if not modules_file.exists():
+        pytest.fail(f"the child wrote no module list (exit {proc.returncode}):\n{proc.stderr}")
+    return proc, json.loads(modules_file.read_text())
+
+
+@pytest.fixture(scope="module")
+def text_file(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("text") / "story.txt"
+    path.write_text(TEXT, encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory, text_file) -> Path:
+    out = tmp_path_factory.mktemp("shards") / "corpus"
+    prepare_corpus([text_file], out, workers=1, progress=False)
+    return out
+
+
+def test_building_the_parser_imports_no_torch(tmp_path):
+    proc, modules = run_child(tmp_path, BUILD_PARSER)
+    assert proc.returncode == 0, proc.stderr
+    assert "tokembed.cli.train" in modules  # every command module was registered...
+    assert "torch" not in modules  # ...without importing torch
+
+
+@pytest.mark.parametrize("argv, out", [
+    (["--version"], "tokembed 0.1.0"),
+    (["--help"], "usage: tokembed"),
+    (["prepare", "--help"], "usage: tokembed prepare"),
+], ids=["version", "help", "prepare-help"])
+def test_version_and_help_import_no_torch(tmp_path, argv, out):
+    proc, modules = run_child(tmp_path, RUN_MAIN, *argv)
+    assert proc.returncode == 0, proc.stderr
+    assert out in proc.stdout
+    assert "torch" not in modules
+
+
+def test_check_imports_no_torch(tmp_path, shards):
+    proc, modules = run_child(tmp_path, RUN_MAIN, "check", str(shards))
+    assert proc.returncode == 0, proc.stderr
+    assert re.fullmatch(rf"{re.escape(str(shards))}: OK \(train: 1 shards, [\d,]+ tokens, val: 0 shards, 0 tokens\)\n", proc.stdout)
+    assert "torch" not in modules
+
+
+def test_stats_imports_no_torch(tmp_path, shards):
+    proc, modules = run_child(tmp_path, RUN_MAIN, "stats", str(shards), "--max-length", "8", "--world-size", "2")
+    assert proc.returncode == 0, proc.stderr
+    assert "torch" not in modules
+
+
+def test_prepare_on_two_ranks_and_merge_import_no_torch(tmp_path, text_file):
+    out = tmp_path / "corpus"
+    for rank in ("0", "1"):
+        proc, modules = run_child(tmp_path, RUN_MAIN, "prepare", str(text_file), "--out", str(out), "--rank", rank, "--world-size", "2", "--workers", "1", "-q")
+        assert proc.returncode == 0, proc.stderr
+        assert "torch" not in modules
+    proc, modules = run_child(tmp_path, RUN_MAIN, "merge", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert re.fullmatch(rf"{re.escape(str(out))}: merged \(train: 1 documents, [\d,]+ tokens, val: 0 documents, 0 tokens\)\n", proc.stderr)
+    assert "torch" not in modules
+
+
+# User errors still come out as one line on stderr: the library's message, prefixed with the command.
+
+
+def test_stats_of_a_missing_folder_is_one_line_and_exit_2(tmp_path):
+    missing = tmp_path / "nonexistent"
+    proc, modules = run_child(tmp_path, RUN_MAIN, "stats", str(missing))
+    assert proc.returncode == 2
+    assert re.fullmatch(rf"tokembed stats: error: shard folder {re.escape(str(missing))} does not exist; create it with `tokembed prepare .*`\n", proc.stderr)
+    assert proc.stdout == ""
+    assert "torch" not in modules  # the folder is read before the loader (and torch) is imported
+
+
+def test_merge_of_a_missing_folder_is_one_line_and_exit_2(tmp_path):
+    missing = tmp_path / "nonexistent"
+    proc, modules = run_child(tmp_path, RUN_MAIN, "merge", str(missing))
+    assert proc.returncode == 2
+    assert re.fullmatch(rf"tokembed merge: error: {re.escape(str(missing))} holds no rank manifests .*\n", proc.stderr)
+    assert "torch" not in modules
+
+
+def test_check_of_a_missing_folder_reports_it_as_the_problem(tmp_path):
+    # `check` lists problems on stdout and exits 1 ("exit 1 when damaged"); a missing folder is one problem.
+    missing = tmp_path / "nonexistent"
+    proc, modules = run_child(tmp_path, RUN_MAIN, "check", str(missing))
+    assert proc.returncode == 1
+    assert re.fullmatch(rf"DAMAGED: shard folder {re.escape(str(missing))} does not exist; create it with `tokembed prepare .*`\n", proc.stdout)
+    assert proc.stderr == f"{missing}: 1 problem(s)\n"
+    assert "torch" not in modules
+
+
+# The positional scheme names come from the registry when argparse needs them: one source, same help.
+
+
+def test_scheme_names_in_help_and_errors_are_the_registrys(capsys):
+    from tokembed.embeddings.registry import POSITIONAL_NAMES
+
+    with pytest.raises(SystemExit):
+        main(["experiment", "positions", "--help"])
+    assert f"(default all: {','.join(POSITIONAL_NAMES)})" in " ".join(capsys.readouterr().out.split())
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    assert f"positional scheme: {', '.join(POSITIONAL_NAMES)} (default learned)" in " ".join(capsys.readouterr().out.split())
+    with pytest.raises(SystemExit):
+        main(["train", "data.txt", "--out", "x", "--positional", "xpos"])
+    assert "invalid choice: 'xpos' (choose from " + ", ".join(map(repr, POSITIONAL_NAMES)) + ")" in capsys.readouterr().err

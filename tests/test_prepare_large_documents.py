@@ -1,0 +1,215 @@
+"""Documents larger than a shard: cut at pre-tokenizer-safe points, streamed, and read back whole.
+
+The references are independent of the code under test: tiktoken applied to the whole document, the
+documented validation rule written out here, and plain/gzip/stdin inputs that must agree byte for byte.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import tokembed.prepare as prep
+from tokembed.prepare import prepare_corpus
+from tokembed.shards import check_shards, open_shards
+from tokembed.sources import Span, plan_units, read_span, resolve_inputs, safe_cut
+from tokembed.tokenizer import get_tokenizer
+from tokembed.windows import SlidingWindowDataset, window_count
+
+ENC = get_tokenizer("gpt2")
+EOT = ENC.eot_token
+TOKEMBED = [sys.executable, "-m", "tokembed"]
+
+
+def all_safe_cuts(data: bytes) -> list[int]:
+    cuts, i = [], safe_cut(data, 1)
+    while i >= 0:
+        cuts.append(i)
+        i = safe_cut(data, i + 1)
+    return cuts
+
+
+def folder_bytes(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def decoded(root: Path, split: str = "train") -> list[str]:
+    return [ENC.decode(d.tolist()) for d in open_shards(root, split=split).documents()]
+
+
+def big_text(story: str, spec_texts: list[str], copies: int) -> str:
+    return "\n\n".join([story, *spec_texts] * copies)
+
+
+# ------------------------------------------------------------------------------------------- the cut rule
+
+# Characters that stress GPT-2's pre-tokenizer: ASCII and Unicode whitespace (NBSP, ideographic space,
+# line separator), contractions, digits, punctuation, CJK, emoji with joiners, combining marks.
+# Whitespace is drawn half of the time, so runs of it (where a wrong cut would show) are common.
+ALPHABET = st.sampled_from([" ", "  ", "\t", "\n", "\n\n", "\r\n", "\x0b", "\x0c", "\u00a0", "\u3000", "\u2028", "\u0085"]) | st.sampled_from(
+    list("abZ9'sllvedmt.,!?-_\"") + ["日本", "é", "e\u0301", "👩🏽‍💻", "🇫🇷", "ﬁ", "\x07", "\x1c", "₂"]
+)
+
+
+@settings(max_examples=300)
+@given(st.lists(ALPHABET, min_size=1, max_size=80).map("".join))
+def test_every_safe_cut_keeps_the_tokens_of_the_whole(text):
+    data = text.encode("utf-8")
+    whole = ENC.encode_ordinary(text)
+    for i in all_safe_cuts(data):
+        left, right = data[:i].decode("utf-8"), data[i:].decode("utf-8")
+        assert ENC.encode_ordinary(left) + ENC.encode_ordinary(right) == whole, (text, i)
+
+
+def test_safe_cuts_in_the_chapter_texts(story, spec_texts):
+    for text in [story, *spec_texts]:
+        data = text.encode("utf-8")
+        whole = ENC.encode_ordinary(text)
+        cuts = all_safe_cuts(data)
+        assert len(cuts) > len(data) // 40  # prose has a cut point every few words, in every language
+        for i in cuts[:: max(1, len(cuts) // 25)]:
+            assert ENC.encode_ordinary(data[:i].decode("utf-8")) + ENC.encode_ordinary(data[i:].decode("utf-8")) == whole
+
+
+def test_safe_cut_refuses_places_inside_whitespace_or_characters():
+    assert safe_cut(b"ab  cd") == 2  # after "b", before the first space; never between the two spaces
+    assert safe_cut(b"ab  cd", 3) == -1
+    assert safe_cut("日本 語".encode()) == 6  # after a CJK letter
+    assert safe_cut("a\u00a0 b".encode()) == -1  # NBSP is whitespace: no cut after it
+    assert safe_cut(b"a\xff b") == -1  # after invalid UTF-8: no cut
+    assert safe_cut(b"nospacesatall") == -1
+
+
+def test_plan_cuts_a_large_text_file_into_bounded_pieces(tmp_path, story):
+    p = tmp_path / "big.txt"
+    p.write_text(story * 6, encoding="utf-8")
+    unit = 5000
+    units = list(plan_units(resolve_inputs([p]), unit))
+    spans = [sp for spans, _ in units for sp in spans]
+    assert len(units) == len(spans) > 20  # every piece fills a unit
+    assert [sp.start for sp in spans[1:]] == [sp.end for sp in spans[:-1]] and spans[-1].end == p.stat().st_size
+    assert all(unit <= len(sp) < unit + 200 for sp in spans[:-1])  # prose: a cut point within a few bytes
+    assert [sp.flags for sp in spans] == [2] + [3] * (len(spans) - 2) + [1]  # MORE, CONT|MORE ..., CONT
+    assert sum(d for _, d in units) == p.stat().st_size
+    q = tmp_path / "solid.txt"
+    q.write_bytes(b"x" * 20000)  # no whitespace at all: it cannot be cut, it stays whole
+    assert [(sp.start, sp.end, sp.flags) for spans, _ in plan_units(resolve_inputs([q]), unit) for sp in spans] == [(0, 20000, 0)]
+
+
+# ------------------------------------------------------------------------------------------- through disk
+
+
+def test_a_text_file_larger_than_a_shard_spans_shards_and_reads_back_whole(tmp_path, story, spec_texts):
+    text = big_text(story, spec_texts, 3)  # ~200 KB in five scripts
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "big.txt").write_text(text, encoding="utf-8")
+    (tmp_path / "in" / "small.txt").write_text("a small document after it", encoding="utf-8")
+    res = prepare_corpus([tmp_path / "in"], tmp_path / "out", workers=1, shard_mb=0.02)
+    ss = open_shards(tmp_path / "out", verify=True)
+    assert len(ss.shards) >= 10 and res.manifest["version"] == 2
+    assert decoded(tmp_path / "out") == [text, "a small document after it"]
+    assert ss.read(0, ss.n_tokens).tolist() == ENC.encode_ordinary(text) + [EOT] + ENC.encode_ordinary("a small document after it") + [EOT]
+    assert ss.n_documents == 2 and ss.doc_starts().tolist() == [0, len(ENC.encode_ordinary(text)) + 1]
+    assert [ss.index(i).tolist() for i in range(len(ss.shards) - 1)] == [[0]] + [[]] * (len(ss.shards) - 2)  # it begins in shard 0 only
+    big = res.manifest["inputs"][0]
+    assert (big["documents"], big["tokens"], big["chars"]) == (1, len(ENC.encode_ordinary(text)), len(text))
+    assert check_shards(tmp_path / "out") == []
+    # Windows inside documents run across the shard boundaries of the big document.
+    ds = SlidingWindowDataset(tmp_path / "out", max_length=64, stride=50, within_documents=True)
+    doc = np.array(ENC.encode_ordinary(text) + [EOT])
+    assert len(ds) == window_count(len(doc), 64, 50)
+    for k in (0, len(ds) // 2, len(ds) - 1):
+        x, y = ds[k]
+        assert x.tolist() == doc[k * 50 : k * 50 + 64].tolist() and y.tolist() == doc[k * 50 + 1 : k * 50 + 65].tolist()
+
+
+def test_workers_gzip_and_stdin_cut_a_large_document_identically(tmp_path, story, spec_texts):
+    text = big_text(story, spec_texts, 2)
+    plain = tmp_path / "big.txt"
+    plain.write_text(text, encoding="utf-8")
+    (tmp_path / "gz").mkdir()
+    (tmp_path / "gz" / "big.txt.gz").write_bytes(gzip.compress(plain.read_bytes()))
+    opts = dict(shard_mb=0.015, val_fraction=0.0)
+    prepare_corpus([plain], tmp_path / "w1", workers=1, **opts)
+    prepare_corpus([plain], tmp_path / "w2", workers=2, **opts)
+    prepare_corpus([tmp_path / "gz"], tmp_path / "gzip", workers=1, **opts)
+    r = subprocess.run([*TOKEMBED, "prepare", "-", "--format", "text", "--shard-mb", "0.015", "--out", str(tmp_path / "stdin"), "--workers", "1", "-q"],
+                       input=plain.read_bytes(), capture_output=True)
+    assert r.returncode == 0, r.stderr.decode()
+    ref = folder_bytes(tmp_path / "w1")
+    assert len([k for k in ref if k.endswith(".bin")]) > 8
+    shards = {k: v for k, v in ref.items() if k != "manifest.json"}
+    assert {k: v for k, v in folder_bytes(tmp_path / "w2").items()} == ref
+    for other in ("gzip", "stdin"):  # the manifests differ only in the inputs' names and sizes
+        assert {k: v for k, v in folder_bytes(tmp_path / other).items() if k != "manifest.json"} == shards
+
+
+def test_a_cut_document_goes_to_one_split_by_the_documented_rule(tmp_path, monkeypatch):
+    # The rule: val when blake2b-64 of the first VAL_KEY_BYTES bytes of the document's UTF-8 text is below
+    # f * 2**64. A small key makes the documents long enough to be cut, with a 2-byte character straddling
+    # the key's end in some of them (the planner decides cut documents from their raw head bytes).
+    key = 300
+    monkeypatch.setattr(prep, "VAL_KEY_BYTES", key)
+    rng = np.random.default_rng(5)
+    words = ["alpha", "beta", "gamma", "délta", "ε", "日本", "zeta", "x"]
+    docs = []
+    for i in range(40):
+        body = " ".join(rng.choice(words, size=int(rng.integers(60, 400))))
+        docs.append(f"doc {i}: " + body)
+    src = tmp_path / "in"
+    src.mkdir()
+    for i, d in enumerate(docs):
+        (src / f"{i:03d}.txt").write_text(d, encoding="utf-8")
+
+    def expected_val(text: str) -> bool:
+        h = int.from_bytes(hashlib.blake2b(text.encode("utf-8")[:key], digest_size=8).digest(), "little")
+        return h < 0.5 * 2.0**64
+
+    straddling = sum(len(d.encode()[: key + 1].decode("utf-8", "ignore").encode()) != len(d.encode()[:key + 1]) for d in docs)
+    assert straddling > 3  # the key's end falls inside a character in several documents
+    want_val = [d for d in docs if expected_val(d)]
+    want_train = [d for d in docs if not expected_val(d)]
+    assert 8 < len(want_val) < 32
+    for shard_mb in (0.0003, 0.001, 8):  # cut into pieces (planner decides), and whole (worker decides)
+        out = tmp_path / f"o{shard_mb}"
+        prepare_corpus([src], out, workers=1, shard_mb=shard_mb, val_fraction=0.5)
+        assert decoded(out, "val") == want_val, shard_mb
+        assert decoded(out, "train") == want_train, shard_mb
+        assert check_shards(out) == []
+
+
+# ------------------------------------------------------------------------------------------- spans, errors
+
+
+def test_line_numbers_in_errors_from_later_units_plain_and_gzip(tmp_path):
+    lines = [json.dumps({"text": f"document {i}"}) for i in range(60)]
+    lines[46] = '{"text": "broken'
+    data = ("\n".join(lines) + "\n").encode()
+    (tmp_path / "a.jsonl").write_bytes(data)
+    (tmp_path / "b.jsonl.gz").write_bytes(gzip.compress(data))
+    offset = len("\n".join(lines[:46])) + 1
+    for name in ("a.jsonl", "b.jsonl.gz"):
+        with pytest.raises(ValueError, match=rf"{name}, line 47: not valid JSON"):
+            prepare_corpus([tmp_path / name], tmp_path / f"o-{name}", workers=1, shard_mb=0.0002)
+    bad = bytearray(data)
+    bad[offset + 11] = 0xFF
+    (tmp_path / "c.jsonl").write_bytes(bytes(bad))
+    with pytest.raises(ValueError, match=rf"c.jsonl, line 47: invalid UTF-8 at byte offset {offset + 11}"):
+        prepare_corpus([tmp_path / "c.jsonl"], tmp_path / "o-c", workers=1, shard_mb=0.0002, strict=True)
+
+
+def test_a_file_that_shrinks_after_planning_is_a_clear_error(tmp_path):
+    p = tmp_path / "t.txt"
+    p.write_bytes(b"0123456789")
+    with pytest.raises(ValueError, match=r"t.txt changed while it was being prepared \(read 10 of 100 bytes at offset 0\); rerun"):
+        read_span(Span(0, 0, 100), str(p))
+    assert read_span(Span(0, 2, 5), str(p)) == b"234"
