@@ -249,7 +249,7 @@ def prepare(inp: Path, out: Path, workers: int) -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="benchmark tokembed prepare")
     ap.add_argument("--quick", action="store_true", help="20 MB and 200 MB instead of 100 MB and 1 GB")
-    ap.add_argument("--repeats", type=int, default=2, help="runs per worker count (best kept)")
+    ap.add_argument("--repeats", type=int, default=5, help="runs per worker count (best kept; the median of the pairs is shown too)")
     ap.add_argument("--no-book", action="store_true", help="skip the book's create_dataloader_v1 baseline")
     ap.add_argument("--no-big", action="store_true", help="skip the 10x input (and the memory ratio): throughput only")
     ap.add_argument("--no-threads", action="store_true", help="skip tiktoken's own thread pool baseline")
@@ -295,6 +295,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  book create_dataloader_v1 on {size} MB: {book['construct_seconds']:.1f} s, peak {book['peak_mb']:.0f} MB", file=sys.stderr)
 
     speedup = best["w2"]["tokens_per_s"] / best["w1"]["tokens_per_s"]
+    # Each repeat runs 1 then 2 workers back to back: the median of those pairs shows the spread that the
+    # best-of ratio hides on a shared machine.
+    pairs = sorted(b["tokens_per_s"] / a["tokens_per_s"] for a, b in zip(runs["w1"], runs["w2"]))
+    pair_median = pairs[len(pairs) // 2] if len(pairs) % 2 else (pairs[len(pairs) // 2 - 1] + pairs[len(pairs) // 2]) / 2
     ceiling_best = max(c["speedup"] for c in ceilings)
     mem_ratio = r_big["peak_mb"] / best["w2"]["peak_mb"] if r_big else None
     rows = [("prepare, 1 worker", base, best["w1"]), ("prepare, 2 workers", base, best["w2"])]
@@ -314,7 +318,8 @@ def main(argv: list[str] | None = None) -> int:
         "",
         "| ratio | value | goal |",
         "|---|---:|---|",
-        f"| throughput, 2 workers / 1 worker ({size} MB) | {speedup:.2f}x | >= 1.8x |",
+        f"| throughput, 2 workers / 1 worker ({size} MB), best of {len(pairs)} each | {speedup:.2f}x | >= 1.8x |",
+        f"| the same, median of the {len(pairs)} back-to-back pairs (range {pairs[0]:.2f}x-{pairs[-1]:.2f}x) | {pair_median:.2f}x | |",
         f"| machine ceiling in this run: 2 plain processes / 1, pure tokenizing (best of {len(ceilings)}) | {ceiling_best:.2f}x | ~2x on an idle 2-core machine |",
         *([f"| throughput, tiktoken's thread pool, 2 threads / 1 thread ({size} MB, tokenizing only) | {threads['threads_2_tokens_per_s'] / threads['threads_1_tokens_per_s']:.2f}x | (for comparison) |"] if threads else []),
         f"| CPU time, 2 workers / 1 worker ({size} MB): the work parallelism adds | {best['w2']['cpu_seconds'] / best['w1']['cpu_seconds']:.2f}x | ~1.0x |",
@@ -338,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": {"cpus": os.cpu_count(), "load_at_start": load0, "load_at_end": os.getloadavg()[0], "platform": sys.platform},
         "runs": {"workers_1": runs["w1"], "workers_2": runs["w2"], "big_workers_2": r_big, "one_document_workers_2": huge, "book_create_dataloader_v1": book, "tiktoken_threads": threads},
         "ceilings": ceilings,
-        "ratios": {"speedup_2_over_1": speedup, "machine_ceiling_2_over_1": ceiling_best, "peak_big_over_base": mem_ratio, "peak_one_document_big_over_base": huge_ratio,
+        "ratios": {"speedup_2_over_1": speedup, "speedup_pairs": pairs, "speedup_pair_median": pair_median, "machine_ceiling_2_over_1": ceiling_best, "peak_big_over_base": mem_ratio, "peak_one_document_big_over_base": huge_ratio,
                    **({"book_time_over_prepare_2w": book["construct_seconds"] / best["w2"]["prepare_seconds"], "book_peak_over_prepare_2w": book["peak_mb"] / best["w2"]["peak_mb"]} if book else {})},
         "table": table,
     }

@@ -213,3 +213,40 @@ def test_a_file_that_shrinks_after_planning_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match=r"t.txt changed while it was being prepared \(read 10 of 100 bytes at offset 0\); rerun"):
         read_span(Span(0, 0, 100), str(p))
     assert read_span(Span(0, 2, 5), str(p)) == b"234"
+
+
+# ------------------------------------------------------------------------------------------- parts of units
+
+
+@pytest.mark.parametrize("val", [0.0, 0.5])
+def test_tokenizing_units_in_small_parts_changes_no_byte(tmp_path, story, spec_texts, monkeypatch, val):
+    # Units are tokenized in parts (JSON lines, documents, and documents cut at safe points) so that
+    # workers share even a few units; put together, the parts must give exactly the unit's shards.
+    monkeypatch.setattr(prep, "VAL_KEY_BYTES", 300)  # whole documents cut into parts get their split from the head
+    src = tmp_path / "in"
+    src.mkdir()
+    (src / "a-story.txt").write_text(story, encoding="utf-8")
+    for i, t in enumerate(spec_texts):
+        (src / f"b-spec-{i}.md").write_text(t, encoding="utf-8")
+    (src / "c-big.txt").write_text(big_text(story, spec_texts, 1), encoding="utf-8")
+    lines = [json.dumps({"text": t[k : k + 900]}) for t in spec_texts for k in range(0, len(t), 900)]
+    (src / "d-lines.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    opts = dict(shard_mb=0.03, val_fraction=val)
+    prepare_corpus([src], tmp_path / "whole", workers=1, **opts)  # parts of 1 MiB: every unit in one part
+    ref = folder_bytes(tmp_path / "whole")
+    monkeypatch.setattr(prep, "PART_BYTES", 700)
+    units = list(prep.iter_units(resolve_inputs([src]), prep.PrepareConfig(**opts)))
+    names = {i: f.path for i, f in enumerate(resolve_inputs([src]))}
+    assert sum(len(prep.unit_parts(u, prep.PrepareConfig(**opts), names)) for u in units) > 4 * len(units)
+    for workers in (1, 2):
+        prepare_corpus([src], tmp_path / f"parts-{workers}", workers=workers, **opts)
+        assert folder_bytes(tmp_path / f"parts-{workers}") == ref, workers
+    docs = [story, *spec_texts, big_text(story, spec_texts, 1), *[json.loads(x)["text"] for x in lines]]
+    got = decoded(tmp_path / "whole", "train") + decoded(tmp_path / "whole", "val")
+    assert sorted(got) == sorted(docs)
+    if val:
+        def expected_val(text: str) -> bool:
+            h = int.from_bytes(hashlib.blake2b(text.encode("utf-8")[:300], digest_size=8).digest(), "little")
+            return h < val * 2.0**64
+
+        assert decoded(tmp_path / "whole", "val") == [d for d in docs if expected_val(d)]

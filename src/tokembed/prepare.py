@@ -56,7 +56,7 @@ from tokembed.shards import (
     is_temp_file,
     sha256_file,
 )
-from tokembed.sources import CONT, FORMATS, LINES, MORE, InputFile, Span, line_number, plan_units, read_span, resolve_inputs
+from tokembed.sources import CONT, FORMATS, LINES, MORE, InputFile, Span, line_number, plan_units, read_span, resolve_inputs, split_span
 
 __all__ = ["PrepareConfig", "PrepareResult", "merge_manifests", "prepare_corpus"]
 
@@ -165,6 +165,7 @@ class PrepareResult:
 
 VAL = 8  # Span.flags: a piece of a cut document that belongs to the val split
 VAL_KEY_BYTES = 1 << 20  # the validation split hashes a document's first MiB of text
+PART_BYTES = 1 << 20  # units are tokenized in parts of about this size, so workers share even a few units
 
 
 @dataclass
@@ -172,15 +173,21 @@ class Unit:
     """One work unit: the byte spans of consecutive documents (see `tokembed.sources.plan_units`).
     Spans of plain files carry no bytes, so a unit pickles to a few hundred bytes; workers read them.
 
+    A unit is tokenized as `parts` tasks of about `PART_BYTES` each (`unit_parts`); ``part`` numbers one.
+
     Attributes:
         id: the unit's number (= the number of its shards).
         spans: its spans, in input order.
         disk_bytes: input bytes read from disk for it (for progress).
+        part: which part of the unit this is.
+        parts: how many parts the unit has.
     """
 
     id: int
     spans: list[Span]
     disk_bytes: int = 0
+    part: int = 0
+    parts: int = 1
 
 
 def _input_hash(spans: Sequence[Span], datas: Sequence[bytes]) -> str:
@@ -190,6 +197,32 @@ def _input_hash(spans: Sequence[Span], datas: Sequence[bytes]) -> str:
         h.update(struct.pack("<4q", sp.file, sp.start, sp.end, sp.flags))
         h.update(data)
     return h.hexdigest()[:32]
+
+
+def unit_parts(unit: Unit, config: PrepareConfig, names: dict[int, str]) -> list[Unit]:
+    """Cut a unit into parts of at least `PART_BYTES` (JSON lines, documents, or pieces of documents cut at
+    safe points). The parts' results, put together in order, are the unit's; the cuts depend only on the
+    input. A whole document that gets cut has its split decided here, from its head, like a cut document."""
+    spans: list[Span] = []
+    for sp in unit.spans:
+        if not sp.flags & (LINES | CONT | MORE) and len(sp) > PART_BYTES and config.val_fraction > 0:
+            head = sp.data[: VAL_KEY_BYTES + 4] if sp.data is not None else read_span(Span(sp.file, sp.start, min(sp.end, sp.start + VAL_KEY_BYTES + 4)), names[sp.file])
+            if _in_val(head.decode("utf-8", "replace"), config.val_fraction):
+                sp = dataclasses.replace(sp, flags=sp.flags | VAL)
+        spans += split_span(sp, PART_BYTES, names[sp.file])
+    groups: list[list[Span]] = [[]]
+    size = 0
+    for sp in spans:
+        if size >= PART_BYTES:
+            groups.append([])
+            size = 0
+        groups[-1].append(sp)
+        size += len(sp)
+    return [Unit(unit.id, g, unit.disk_bytes if k == 0 else 0, k, len(groups)) for k, g in enumerate(groups)]
+
+
+def _unit_hash(part_hashes: Sequence[str]) -> str:
+    return hashlib.sha256("".join(part_hashes).encode()).hexdigest()[:32]
 
 
 def iter_units(files: Sequence[InputFile], config: PrepareConfig, *, carry: bool = False) -> Iterator[Unit]:
@@ -352,12 +385,32 @@ def tokenize_unit(unit: Unit, config: PrepareConfig, names: Sequence[str] | dict
             st["chars"] += len(text)
             st["text_bytes"] += len(text.encode("utf-8", "surrogatepass"))
     del datas
-    out: dict[str, Any] = {"unit": unit.id, "input_hash": input_hash, "stats": stats, "splits": {}}
+    out: dict[str, Any] = {"unit": unit.id, "part": unit.part, "input_hash": input_hash, "stats": stats, "splits": {}}
     for s in SPLITS:
-        if not pieces[s]:
+        if pieces[s]:
+            out["splits"][s] = {
+                "tokens": np.concatenate(pieces[s]),  # (n_tokens,)
+                "index": np.asarray(starts[s], dtype=INDEX_DTYPE),  # (n_documents,) where documents start; none for a middle piece
+            }
+    return out
+
+
+def _join_parts(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """One unit's result from its parts' (in order): tokens concatenated, document starts shifted, counts
+    added, and the sha256 of the files to be written."""
+    out: dict[str, Any] = {"unit": results[0]["unit"], "input_hash": _unit_hash([r["input_hash"] for r in results]), "stats": {}, "splits": {}}
+    for r in results:
+        for fi, st in r["stats"].items():
+            acc = out["stats"].setdefault(fi, dict.fromkeys(FILE_STATS, 0))
+            for k, v in st.items():
+                acc[k] += v
+    for s in SPLITS:
+        parts = [r["splits"][s] for r in results if s in r["splits"]]
+        if not parts:
             continue
-        tokens = np.concatenate(pieces[s])  # (n_tokens,)
-        index = np.asarray(starts[s], dtype=INDEX_DTYPE)  # (n_documents,) where documents start; none for a middle piece
+        offsets = np.cumsum([0] + [len(p["tokens"]) for p in parts[:-1]])
+        tokens = np.concatenate([p["tokens"] for p in parts]) if len(parts) > 1 else parts[0]["tokens"]  # (n_tokens,)
+        index = np.concatenate([p["index"] + o for p, o in zip(parts, offsets)]).astype(INDEX_DTYPE, copy=False)  # (n_documents,)
         out["splits"][s] = {
             "tokens": tokens,
             "index": index,
@@ -737,22 +790,31 @@ def prepare_corpus(
     t_start = time.perf_counter()
     result = PrepareResult(out, None, 0)
     records: list[dict[str, Any]] = []
-    pending: list = []  # futures, each with .disk_bytes
+    pending: list = []  # futures of the parts in flight, each with .unit_id
+    waiting: dict[int, list] = {}  # unit id -> its parts' results in order (None until done)
+    disk_bytes: dict[int, int] = {}  # unit id -> input bytes read from disk for it
     cancel = True
 
     def finish_one():
         fut = eng.wait_one(pending)
         pending.remove(fut)
         res = fut.result()
-        records.append(_write_unit(out, res, dtype))
-        n_tok = sum(len(r["tokens"]) for r in res["splits"].values())
-        n_docs = sum(st["documents"] for st in res["stats"].values())
-        res.clear()
+        parts = waiting[fut.unit_id]
+        parts[res["part"]] = res
+        if any(r is None for r in parts):
+            return
+        del waiting[fut.unit_id]
+        joined = _join_parts(parts)
+        parts.clear()
+        records.append(_write_unit(out, joined, dtype))
+        n_tok = sum(len(r["tokens"]) for r in joined["splits"].values())
+        n_docs = sum(st["documents"] for st in joined["stats"].values())
+        joined.clear()
         _trim_heap()
         result.units_done += 1
         result.tokens_done += n_tok
         if bar is not None:
-            bar.update(fut.disk_bytes)
+            bar.update(disk_bytes.pop(fut.unit_id))
             bar.docs += n_docs
             bar.tokens += n_tok
             rate = bar.tokens / max(1e-9, time.perf_counter() - t_start)
@@ -770,21 +832,24 @@ def prepare_corpus(
                 if bar is not None:
                     bar.update(unit.disk_bytes)
                 continue
+            parts = unit_parts(unit, config, unit_names)
             record = _load_record(out / PARTS / f"{unit.id:05d}.json")
             if record is not None:
-                input_hash = _input_hash(unit.spans, [read_span(sp, unit_names[sp.file]) for sp in unit.spans])
+                input_hash = _unit_hash([_input_hash(p.spans, [read_span(sp, unit_names[sp.file]) for sp in p.spans]) for p in parts])
                 if _record_ok(out, record, input_hash, dtype.itemsize):
                     records.append(record)
                     result.units_skipped += 1
                     if bar is not None:
                         bar.update(unit.disk_bytes)
                     continue
-            while len(pending) >= eng.capacity:
-                finish_one()
-            fut = eng.submit(unit, config, unit_names)
-            fut.disk_bytes = unit.disk_bytes
-            pending.append(fut)
-            del unit
+            waiting[unit.id], disk_bytes[unit.id] = [None] * len(parts), unit.disk_bytes
+            for part in parts:
+                while len(pending) >= eng.capacity:
+                    finish_one()
+                fut = eng.submit(part, config, unit_names)
+                fut.unit_id = unit.id
+                pending.append(fut)
+            del unit, parts
         while pending:
             finish_one()
         cancel = False

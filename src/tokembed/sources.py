@@ -352,6 +352,60 @@ def plan_units(files: Sequence[InputFile], unit_bytes: int, *, carry: bool = Fal
         yield unit, max(0, done_files - marked)
 
 
+class _SpanCursor:
+    """The bytes of one span (its data, or its file through ``pread``), as `_find_cut` reads them."""
+
+    def __init__(self, span: Span, path: str):
+        self.span = span
+        self.fd = os.open(path, os.O_RDONLY) if span.data is None else None
+
+    def window(self, pos: int, n: int) -> bytes:
+        n = max(0, min(n, self.span.end - pos))
+        if self.fd is None:
+            i = pos - self.span.start
+            return self.span.data[i : i + n]
+        return os.pread(self.fd, n, pos)
+
+    def end(self) -> int:
+        return self.span.end
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+
+
+def split_span(span: Span, part_bytes: int, path: str) -> list[Span]:
+    """Cut ``span`` into consecutive spans of at least ``part_bytes`` bytes (the last may be smaller):
+    at line ends for JSON lines, at safe points for text (each part of a document then carries `CONT` /
+    `MORE` like a piece). Tokenized one by one and put together, the parts give the span's tokens."""
+    if len(span) <= part_bytes:
+        return [span]
+    cur = _SpanCursor(span, path)
+    lines = bool(span.flags & LINES)
+    keep = span.flags & ~(CONT | MORE)
+    out: list[Span] = []
+    pos, line = span.start, span.line
+    try:
+        while pos < span.end:
+            if span.end - pos <= part_bytes:
+                cut = span.end
+            elif lines:
+                cut = _find_cut(cur, pos, pos + part_bytes - 1, _line_cut)
+            else:
+                cut = _find_cut(cur, pos, pos + part_bytes, safe_cut)
+            data = None if span.data is None else span.data[pos - span.start : cut - span.start]
+            flags = keep
+            if not lines:
+                flags |= (span.flags & CONT if pos == span.start else CONT) | (span.flags & MORE if cut == span.end else MORE)
+            out.append(Span(span.file, pos, cut, flags=flags, data=data, line=line))
+            if lines and line and data is not None:
+                line += data.count(b"\n")
+            pos = cut
+    finally:
+        cur.close()
+    return out
+
+
 def read_span(span: Span, path: str) -> bytes:
     """The bytes of ``span`` (its data, or read from ``path``).
 
