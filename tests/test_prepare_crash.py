@@ -37,8 +37,21 @@ def kill_corpus(tmp_path_factory, story, spec_texts):
     return d
 
 
-def prepare_cmd(src: Path, out: Path, workers: int) -> list[str]:
-    return [sys.executable, "-m", "tokembed", "prepare", str(src), "--out", str(out), "--shard-mb", "0.05",
+@pytest.fixture(scope="module")
+def large_corpus(tmp_path_factory, story, spec_texts):
+    """Units of more than one part (1 MiB each) and a text document cut into pieces across units."""
+    d = tmp_path_factory.mktemp("killlarge")
+    rng = random.Random(1)
+    paras = [p for t in [story, *spec_texts] for p in t.split("\n\n") if p.strip()]
+    with open(d / "docs.jsonl", "w", encoding="utf-8") as f:
+        for i in range(4000):  # about 2.5 MB
+            f.write(json.dumps({"text": "\n\n".join(rng.sample(paras, 3))}) + "\n")
+    (d / "zbook.txt").write_text("\n\n".join(rng.sample(paras, len(paras)) * 12), encoding="utf-8")  # about 2.4 MB
+    return d
+
+
+def prepare_cmd(src: Path, out: Path, workers: int, shard_mb: float = 0.05) -> list[str]:
+    return [sys.executable, "-m", "tokembed", "prepare", str(src), "--out", str(out), "--shard-mb", str(shard_mb),
             "--val-fraction", "0.1", "--workers", str(workers), "--quiet"]
 
 
@@ -56,13 +69,15 @@ def run_and_kill(cmd: list[str], after: float) -> bool:
 
 
 @pytest.mark.slow
-def test_kill9_at_random_moments_then_resume_is_byte_identical(kill_corpus, tmp_path):
+@pytest.mark.parametrize("case", ["many-units", "parts-and-pieces"])
+def test_kill9_at_random_moments_then_resume_is_byte_identical(case, kill_corpus, large_corpus, tmp_path):
+    src, shard_mb, min_files = (kill_corpus, 0.05, 20) if case == "many-units" else (large_corpus, 1.2, 4)
     ref = tmp_path / "ref"
     t0 = time.perf_counter()
-    subprocess.run(prepare_cmd(kill_corpus, ref, 1), check=True)
+    subprocess.run(prepare_cmd(src, ref, 1, shard_mb), check=True)
     full = time.perf_counter() - t0
     reference = folder_bytes(ref)
-    assert len([k for k in reference if k.endswith(".bin")]) >= 20
+    assert len([k for k in reference if k.endswith(".bin")]) >= min_files
     rng = random.Random(int(os.environ.get("TOKEMBED_KILL_SEED", "1234")))
     killed_mid_run = 0
     for trial in range(TRIALS):
@@ -70,9 +85,9 @@ def test_kill9_at_random_moments_then_resume_is_byte_identical(kill_corpus, tmp_
         workers = 1 + trial % 2
         # Up to two kills per trial, at uniform moments of a full run's duration, then a clean finish.
         for _ in range(2):
-            killed = run_and_kill(prepare_cmd(kill_corpus, out, workers), rng.uniform(0.2, full * 1.1))
+            killed = run_and_kill(prepare_cmd(src, out, workers, shard_mb), rng.uniform(0.2, full * 1.1))
             killed_mid_run += killed and not (out / "manifest.json").exists()
-        subprocess.run(prepare_cmd(kill_corpus, out, workers), check=True)
+        subprocess.run(prepare_cmd(src, out, workers, shard_mb), check=True)
         assert folder_bytes(out) == reference, f"trial {trial}: the resumed folder differs from the uninterrupted run"
         assert check_shards(out) == []
     assert killed_mid_run >= 1  # at least one kill landed before the end

@@ -9,10 +9,11 @@ The plan is fixed before any tokenizing, so the output never depends on the engi
    into pieces at pre-tokenizer-safe points, so it spans several units and shards and is never held
    whole. Unit ``k`` becomes shard ``k`` of each split (``train/0000k.bin`` and ``.idx``; a split that
    gets nothing from a unit gets no file). The planner reads plain files only around the cut points.
-3. Units are tokenized by a pool of worker processes (or Ray tasks), which read the unit's byte spans,
-   hash them, decode, parse, tokenize with ``encode_ordinary`` (a literal ``<|endoftext|>`` inside a
-   document stays text) and return numpy arrays with their sha256. The main process writes each shard
-   atomically (temporary name, fsync, rename), then a small record of the finished unit in ``DIR/.parts/``.
+3. Each unit is tokenized in parts of about 1 MiB (`unit_parts`, cut the same safe way) by a pool of
+   worker processes (or Ray tasks), which read their byte spans, hash them, decode, parse, tokenize with
+   ``encode_ordinary`` (a literal ``<|endoftext|>`` inside a document stays text) and return numpy
+   arrays. The main process joins a unit's parts in order, writes its shards atomically (temporary name,
+   fsync, rename) with their sha256, then a small record of the finished unit in ``DIR/.parts/``.
 4. When every unit is done, ``manifest.json`` is written (atomically, last) and ``.parts`` removed.
 
 Resuming a killed run plans again, skips every unit whose record exists, whose input bytes hash to the
@@ -173,7 +174,8 @@ class Unit:
     """One work unit: the byte spans of consecutive documents (see `tokembed.sources.plan_units`).
     Spans of plain files carry no bytes, so a unit pickles to a few hundred bytes; workers read them.
 
-    A unit is tokenized as `parts` tasks of about `PART_BYTES` each (`unit_parts`); ``part`` numbers one.
+    A unit is tokenized as ``parts`` tasks of about `PART_BYTES` each (`unit_parts`): each task is a
+    `Unit` with the same ``id``, its own share of the spans, and its ``part`` number.
 
     Attributes:
         id: the unit's number (= the number of its shards).
@@ -231,7 +233,7 @@ def iter_units(files: Sequence[InputFile], config: PrepareConfig, *, carry: bool
     A text document cut into pieces goes to one split as a whole: the split is decided here, once, from
     the document's first `VAL_KEY_BYTES` (the same rule the workers apply to whole documents).
     """
-    head = VAL_KEY_BYTES + 4 if config.val_fraction > 0 else 0  # + one UTF-8 character: see _head_in_val
+    head = VAL_KEY_BYTES + 4 if config.val_fraction > 0 else 0  # + one UTF-8 character: see _in_val
     in_val = False
     for uid, (spans, disk_bytes) in enumerate(plan_units(files, config.unit_bytes, carry=carry, head_bytes=head)):
         for sp in spans:
