@@ -111,20 +111,19 @@ def test_prepare_on_two_ranks_and_merge_import_no_torch(tmp_path, text_file):
 # User errors still come out as one line on stderr: the library's message, prefixed with the command.
 
 
-def test_stats_of_a_missing_folder_is_one_line_and_exit_2(tmp_path):
+@pytest.mark.parametrize(
+    "command, message",
+    [
+        ("stats", "shard folder {missing} does not exist; create it with `tokembed prepare .*`"),
+        ("merge", "{missing} holds no rank manifests .*"),
+    ],
+)
+def test_a_missing_folder_is_one_line_and_exit_2(tmp_path, command, message):
     missing = tmp_path / "nonexistent"
-    proc, modules = run_child(tmp_path, RUN_MAIN, "stats", str(missing))
+    proc, modules = run_child(tmp_path, RUN_MAIN, command, str(missing))
     assert proc.returncode == 2
-    assert re.fullmatch(rf"tokembed stats: error: shard folder {re.escape(str(missing))} does not exist; create it with `tokembed prepare .*`\n", proc.stderr)
+    assert re.fullmatch(f"tokembed {command}: error: " + message.format(missing=re.escape(str(missing))) + "\n", proc.stderr)
     assert proc.stdout == ""
-    assert "torch" not in modules  # the folder is read before the loader (and torch) is imported
-
-
-def test_merge_of_a_missing_folder_is_one_line_and_exit_2(tmp_path):
-    missing = tmp_path / "nonexistent"
-    proc, modules = run_child(tmp_path, RUN_MAIN, "merge", str(missing))
-    assert proc.returncode == 2
-    assert re.fullmatch(rf"tokembed merge: error: {re.escape(str(missing))} holds no rank manifests .*\n", proc.stderr)
     assert "torch" not in modules
 
 

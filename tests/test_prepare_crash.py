@@ -25,29 +25,27 @@ def folder_bytes(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
+def write_corpus(d: Path, texts: list[str], *, seed: int, n_lines: int, book_copies: int) -> Path:
+    """JSON Lines of 3 random paragraphs each, and a text file of ``book_copies`` shuffled copies of them."""
+    rng = random.Random(seed)
+    paras = [p for t in texts for p in t.split("\n\n") if p.strip()]
+    with open(d / "docs.jsonl", "w", encoding="utf-8") as f:
+        for _ in range(n_lines):
+            f.write(json.dumps({"text": "\n\n".join(rng.sample(paras, 3))}) + "\n")
+    (d / "zbook.txt").write_text("\n\n".join(rng.sample(paras, len(paras)) * book_copies), encoding="utf-8")
+    return d
+
+
 @pytest.fixture(scope="module")
 def kill_corpus(tmp_path_factory, story, spec_texts):
-    d = tmp_path_factory.mktemp("killcorpus")
-    rng = random.Random(0)
-    paras = [p for t in [story, *spec_texts] for p in t.split("\n\n") if p.strip()]
-    with open(d / "docs.jsonl", "w", encoding="utf-8") as f:
-        for i in range(3000):  # about 1.5 MB
-            f.write(json.dumps({"text": "\n\n".join(rng.sample(paras, 3))}) + "\n")
-    (d / "story.txt").write_text(story, encoding="utf-8")
-    return d
+    """About 1.5 MB in many small units; the text file (about 200 KB) is cut into pieces."""
+    return write_corpus(tmp_path_factory.mktemp("killcorpus"), [story, *spec_texts], seed=0, n_lines=3000, book_copies=1)
 
 
 @pytest.fixture(scope="module")
 def large_corpus(tmp_path_factory, story, spec_texts):
-    """Units of more than one part (1 MiB each) and a text document cut into pieces across units."""
-    d = tmp_path_factory.mktemp("killlarge")
-    rng = random.Random(1)
-    paras = [p for t in [story, *spec_texts] for p in t.split("\n\n") if p.strip()]
-    with open(d / "docs.jsonl", "w", encoding="utf-8") as f:
-        for i in range(4000):  # about 2.5 MB
-            f.write(json.dumps({"text": "\n\n".join(rng.sample(paras, 3))}) + "\n")
-    (d / "zbook.txt").write_text("\n\n".join(rng.sample(paras, len(paras)) * 12), encoding="utf-8")  # about 2.4 MB
-    return d
+    """Units of more than one part (1 MiB each), and a text document (about 2.4 MB) cut into pieces."""
+    return write_corpus(tmp_path_factory.mktemp("killlarge"), [story, *spec_texts], seed=1, n_lines=4000, book_copies=12)
 
 
 def prepare_cmd(src: Path, out: Path, workers: int, shard_mb: float = 0.05) -> list[str]:
