@@ -223,8 +223,21 @@ def test_cli_train_eval_and_resume(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)[0]["windows"] == 1
 
 
+def test_cli_model_options_reach_the_checkpoint(tmp_path, capsys):
+    out = tmp_path / "ck"
+    args = ["train", str(STORY), "--out", str(out), "--positional", "t5", "--t5-buckets", "8", "--t5-max-distance", "20", "--document-mask",
+            "--dim", "16", "--layers", "1", "--heads", "2", "--max-length", "16", "--batch-size", "2", "--steps", "1", "--eval-batches", "1", "--no-progress"]
+    assert main(args) == 0
+    model = json.loads((out / "config.json").read_text())["model"]
+    assert (model["t5_num_buckets"], model["t5_max_distance"], model["document_mask"], model["eot_token"]) == (8, 20, True, 50256)
+    capsys.readouterr()
+    assert main(["eval", str(out), "--lengths", "16,32", "--max-windows", "1", "--json"]) == 0  # evaluated with the same mask
+    assert [row["length"] for row in json.loads(capsys.readouterr().out)] == [16, 32]
+
+
 @pytest.mark.parametrize("extra, msg", [
     (["--dim", "30", "--heads", "4"], "n_heads=4 does not divide dim=30"),
+    (["--positional", "shaw", "--shaw-max-distance", "0"], "shaw_max_distance must be >= 1, got 0"),
     (["--context-length", "8", "--max-length", "16"], "max_length=16 exceeds the model's context_length=8"),
 ])
 def test_cli_bad_model_options(tmp_path, capsys, extra, msg):

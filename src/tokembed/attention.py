@@ -59,7 +59,8 @@ class CausalSelfAttention(nn.Module):
             (T5's table): it is used here but not registered, so its weights are stored once.
 
     Shapes:
-        x (B, T, D), position_ids (T,) or (B, T) -> (B, T, D)
+        x (B, T, D), position_ids (T,) or (B, T) -> (B, T, D); document_ids (B, T), optional: a query
+        then sees only the earlier keys of its own document (packed documents stay apart).
     """
 
     def __init__(
@@ -79,8 +80,16 @@ class CausalSelfAttention(nn.Module):
         else:
             self.positional = positional
 
-    def forward(self, x: torch.Tensor, position_ids: torch.Tensor, *, cache: KVCache | None = None, layer: int = 0) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, position_ids: torch.Tensor, *, cache: KVCache | None = None, layer: int = 0, document_ids: torch.Tensor | None = None
+    ) -> torch.Tensor:
         B, T, D = x.shape
+        visible = None  # (B,1,T,T) bool when documents are kept apart, else the plain causal mask
+        if document_ids is not None:
+            if cache is not None:
+                raise ValueError("document_ids cannot be combined with a KVCache; run the whole sequence at once")
+            same = document_ids[:, :, None] == document_ids[:, None, :]  # (B,T,T)
+            visible = (same & causal_mask(T, T, x.device))[:, None]  # (B,1,T,T)
         q, k, v = self.qkv(x).view(B, T, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)  # (B,H,T,d) each
         pos = self.positional
         if pos is not None:
@@ -95,15 +104,17 @@ class CausalSelfAttention(nn.Module):
             scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)  # (B,H,T,Tk)
             if bias is not None:
                 scores = scores + bias
-            scores = scores.masked_fill(~causal_mask(T, t_k, x.device), float("-inf"))
+            scores = scores.masked_fill(~(visible if visible is not None else causal_mask(T, t_k, x.device)), float("-inf"))
             weights = self.attn_dropout(torch.softmax(scores, dim=-1))  # (B,H,T,Tk)
             y = weights @ v  # (B,H,T,d)
             extra = pos.value_term(weights, position_ids, k_pos)
             if extra is not None:
                 y = y + extra
         elif bias is not None:
-            mask = bias.masked_fill(~causal_mask(T, t_k, x.device), float("-inf"))  # -inf hides future keys
+            mask = bias.masked_fill(~(visible if visible is not None else causal_mask(T, t_k, x.device)), float("-inf"))  # -inf hides keys
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+        elif visible is not None:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=visible, dropout_p=p)  # True: may attend
         elif t_k == T:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=p)
         else:  # new queries after cached keys: is_causal would align the mask at the top-left corner

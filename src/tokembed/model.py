@@ -25,7 +25,7 @@ from tokembed.embeddings.registry import attention_positional, positional_scheme
 from tokembed.embeddings.rotary import ROPE_SCALINGS
 from tokembed.loss import linear_cross_entropy
 
-__all__ = ["GPT", "GPTConfig", "KVCache"]
+__all__ = ["GPT", "GPTConfig", "KVCache", "document_ids", "document_positions"]
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,11 @@ class GPTConfig:
             (None, ``"linear"`` position interpolation, ``"ntk"``) by ``rope_factor`` >= 1.
         t5_num_buckets, t5_max_distance: T5's buckets (32 and 128 in T5).
         shaw_max_distance: Shaw's clipping distance k (16 in the paper).
+        document_mask: keep packed documents apart. A window cut from the token stream often holds the
+            end of one document and the start of the next; with this, a token attends only to earlier
+            tokens of its own document, and positions restart at 0 after every ``<|endoftext|>``
+            (``eot_token``, which belongs to the document it ends). GPT-2 trained without it.
+        eot_token: the separator that ends a document (GPT-2's ``<|endoftext|>``, 50256).
     """
 
     vocab_size: int = 50257
@@ -64,6 +69,8 @@ class GPTConfig:
     t5_num_buckets: int = 32
     t5_max_distance: int = 128
     shaw_max_distance: int = 16
+    document_mask: bool = False
+    eot_token: int = 50256
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "context_length", "dim", "n_layers", "n_heads", "t5_num_buckets", "t5_max_distance", "shaw_max_distance"):
@@ -81,8 +88,12 @@ class GPTConfig:
             raise ValueError(f"rope_scaling must be None, 'linear' or 'ntk', got {self.rope_scaling!r}")
         if not isinstance(self.rope_factor, (int, float)) or self.rope_factor < 1:
             raise ValueError(f"rope_factor must be >= 1, got {self.rope_factor!r}")
-        if not isinstance(self.tie_embeddings, bool) or not isinstance(self.bias, bool):
-            raise TypeError("tie_embeddings and bias must be True or False")
+        if not isinstance(self.tie_embeddings, bool) or not isinstance(self.bias, bool) or not isinstance(self.document_mask, bool):
+            raise TypeError("tie_embeddings, bias and document_mask must be True or False")
+        if isinstance(self.eot_token, bool) or not isinstance(self.eot_token, int):
+            raise TypeError(f"eot_token must be an integer token id, got {self.eot_token!r}")
+        if self.document_mask and not 0 <= self.eot_token < self.vocab_size:
+            raise ValueError(f"eot_token {self.eot_token} is outside the vocabulary (size {self.vocab_size}); document_mask needs the id that ends documents")
 
     @property
     def head_dim(self) -> int:
@@ -122,9 +133,26 @@ class Block(nn.Module):
         self.ln2 = nn.LayerNorm(config.dim, bias=config.bias)
         self.mlp = MLP(config.dim, dropout=config.dropout, bias=config.bias)
 
-    def forward(self, x: torch.Tensor, position_ids: torch.Tensor, *, cache: KVCache | None, layer: int) -> torch.Tensor:
-        x = x + self.attn(self.ln1(x), position_ids, cache=cache, layer=layer)
+    def forward(self, x: torch.Tensor, position_ids: torch.Tensor, *, cache: KVCache | None, layer: int, document_ids: torch.Tensor | None = None) -> torch.Tensor:
+        x = x + self.attn(self.ln1(x), position_ids, cache=cache, layer=layer, document_ids=document_ids)
         return x + self.mlp(self.ln2(x))
+
+
+def document_ids(ids: torch.Tensor, eot_token: int) -> torch.Tensor:
+    """Which document each token belongs to, counting from 0 in each row: ids (B, T) -> (B, T) long.
+
+    A new document starts after every ``eot_token``; the separator belongs to the document it ends.
+    """
+    is_eot = (ids == eot_token).long()  # (B,T)
+    return is_eot.cumsum(dim=1) - is_eot
+
+
+def document_positions(doc: torch.Tensor) -> torch.Tensor:
+    """Each token's position inside its document: document ids (B, T) -> (B, T) long, 0 at each start."""
+    t = torch.arange(doc.shape[1], device=doc.device).expand_as(doc)  # (B,T)
+    starts = torch.ones_like(doc, dtype=torch.bool)
+    starts[:, 1:] = doc[:, 1:] != doc[:, :-1]
+    return t - torch.where(starts, t, torch.zeros_like(t)).cummax(dim=1).values  # minus the start of the token's document
 
 
 class GPT(nn.Module):
@@ -188,9 +216,17 @@ class GPT(nn.Module):
         """The final (normalised) hidden states: ids (B, T) -> (B, T, D). Arguments as ``forward``."""
         if cache is not None and position_ids is None and offset == 0:
             offset = cache.length
+        doc = None
+        if self.config.document_mask:
+            if cache is not None or offset:
+                raise ValueError("a model with document_mask=True reads whole windows: no KVCache or offset (generate() handles this itself)")
+            if isinstance(ids, torch.Tensor) and ids.dim() == 2:  # anything else: the embedding names the problem
+                doc = document_ids(ids, self.config.eot_token)  # (B,T)
+                if position_ids is None:
+                    position_ids = document_positions(doc)  # (B,T): positions restart with each document
         x, position_ids = self.embed(ids, position_ids=position_ids, offset=offset, return_positions=True)  # (B,T,D), (T,)|(B,T)
         for i, block in enumerate(self.blocks):
-            x = block(x, position_ids, cache=cache, layer=i)
+            x = block(x, position_ids, cache=cache, layer=i, document_ids=doc)
         if cache is not None:
             cache.length += ids.shape[1]
         return self.norm(x)  # (B,T,D)
@@ -261,6 +297,8 @@ class GPT(nn.Module):
             raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature!r}")
         if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
             raise ValueError(f"top_k must be an integer >= 1 or None, got {top_k!r}")
+        if self.config.document_mask:
+            use_cache = False  # the cache keeps no document ids: recompute the window at each step
         was_training = self.training
         self.eval()
         try:

@@ -67,6 +67,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     m.add_argument("--dropout", type=float, help="dropout (default 0)")
     m.add_argument("--no-tie", action="store_true", help="separate output head instead of the token table")
     m.add_argument("--rope-base", type=float, help="RoPE frequency base (default 10000)")
+    m.add_argument("--t5-buckets", type=int, dest="t5_num_buckets", help="T5 relative-position buckets (default 32)")
+    m.add_argument("--t5-max-distance", type=int, help="T5: distances beyond this share the last bucket (default 128)")
+    m.add_argument("--shaw-max-distance", type=int, help="Shaw: relative distances are clipped to this (default 16)")
+    m.add_argument("--document-mask", action="store_true", default=None,
+                   help="keep packed documents apart: attend only within a document, positions restart after <|endoftext|>")
     t = p.add_argument_group("training (default: the checkpoint's values with --resume, else TrainConfig's)")
     t.add_argument("--max-length", type=int, help="tokens per window (default 64, or --context-length when that is smaller)")
     t.add_argument("--stride", type=int, help="step between windows (default: max-length)")
@@ -134,7 +139,8 @@ def run_train(args: argparse.Namespace) -> int:
             # Windows as long as the model's context unless asked otherwise (never longer).
             given["max_length"] = min(args.context_length, TrainConfig.__dataclass_fields__["max_length"].default)
         config = TrainConfig(data=args.data, out=str(args.out), **given)
-        model_args = {k: getattr(args, k) for k in ("positional", "dim", "n_layers", "n_heads", "dropout", "rope_base") if getattr(args, k) is not None}
+        names = ("positional", "dim", "n_layers", "n_heads", "dropout", "rope_base", "t5_num_buckets", "t5_max_distance", "shaw_max_distance", "document_mask")
+        model_args = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
         model_config = GPTConfig(context_length=args.context_length or config.max_length, tie_embeddings=not args.no_tie, **model_args)
     result = train(config, model_config, resume=args.resume, progress=_show_progress(args))
     val = f", validation loss {result.val_loss:.4f}" if result.val_loss is not None else ""
