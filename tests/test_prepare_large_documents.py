@@ -190,21 +190,24 @@ def test_a_cut_document_goes_to_one_split_by_the_documented_rule(tmp_path, monke
 # ------------------------------------------------------------------------------------------- spans, errors
 
 
-def test_line_numbers_in_errors_from_later_units_plain_and_gzip(tmp_path):
+@pytest.mark.parametrize("part_bytes", [None, 300])
+def test_line_numbers_in_errors_from_later_units_plain_and_gzip(tmp_path, monkeypatch, part_bytes):
+    if part_bytes:
+        monkeypatch.setattr(prep, "PART_BYTES", part_bytes)
     lines = [json.dumps({"text": f"document {i}"}) for i in range(60)]
-    lines[46] = '{"text": "broken'
+    lines[56] = '{"text": "broken'
     data = ("\n".join(lines) + "\n").encode()
     (tmp_path / "a.jsonl").write_bytes(data)
     (tmp_path / "b.jsonl.gz").write_bytes(gzip.compress(data))
-    offset = len("\n".join(lines[:46])) + 1
+    offset = len("\n".join(lines[:56])) + 1
     for name in ("a.jsonl", "b.jsonl.gz"):
-        with pytest.raises(ValueError, match=rf"{name}, line 47: not valid JSON"):
-            prepare_corpus([tmp_path / name], tmp_path / f"o-{name}", workers=1, shard_mb=0.0002)
+        with pytest.raises(ValueError, match=rf"{name}, line 57: not valid JSON"):
+            prepare_corpus([tmp_path / name], tmp_path / f"o-{name}", workers=1, shard_mb=0.0002 if part_bytes is None else 0.001)
     bad = bytearray(data)
     bad[offset + 11] = 0xFF
     (tmp_path / "c.jsonl").write_bytes(bytes(bad))
-    with pytest.raises(ValueError, match=rf"c.jsonl, line 47: invalid UTF-8 at byte offset {offset + 11}"):
-        prepare_corpus([tmp_path / "c.jsonl"], tmp_path / "o-c", workers=1, shard_mb=0.0002, strict=True)
+    with pytest.raises(ValueError, match=rf"c.jsonl, line 57: invalid UTF-8 at byte offset {offset + 11}"):
+        prepare_corpus([tmp_path / "c.jsonl"], tmp_path / "o-c", workers=1, shard_mb=0.0002 if part_bytes is None else 0.001, strict=True)
 
 
 def test_a_file_that_shrinks_after_planning_is_a_clear_error(tmp_path):
@@ -241,6 +244,12 @@ def test_tokenizing_units_in_small_parts_changes_no_byte(tmp_path, story, spec_t
     for workers in (1, 2):
         prepare_corpus([src], tmp_path / f"parts-{workers}", workers=workers, **opts)
         assert folder_bytes(tmp_path / f"parts-{workers}") == ref, workers
+    gz = tmp_path / "gz"  # streamed inputs: the parts are cut from bytes that travel with the unit
+    gz.mkdir()
+    for p in src.iterdir():
+        (gz / (p.name + ".gz")).write_bytes(gzip.compress(p.read_bytes()))
+    prepare_corpus([gz], tmp_path / "parts-gz", workers=1, **opts)
+    assert {k: v for k, v in folder_bytes(tmp_path / "parts-gz").items() if k != "manifest.json"} == {k: v for k, v in ref.items() if k != "manifest.json"}
     docs = [story, *spec_texts, big_text(story, spec_texts, 1), *[json.loads(x)["text"] for x in lines]]
     got = decoded(tmp_path / "whole", "train") + decoded(tmp_path / "whole", "val")
     assert sorted(got) == sorted(docs)
