@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+import tokembed.prepare as prep
 from tokembed.prepare import prepare_corpus
 
 ray = pytest.importorskip("ray")
@@ -25,7 +26,7 @@ def local_ray():
 
 
 @pytest.mark.slow
-def test_ray_engine_gives_the_same_bytes_and_the_same_errors(local_ray, tmp_path, story, spec_texts):
+def test_ray_engine_gives_the_same_bytes_and_the_same_errors(local_ray, tmp_path, story, spec_texts, monkeypatch):
     src = tmp_path / "src"
     src.mkdir()
     (src / "story.txt").write_text(story, encoding="utf-8")
@@ -36,6 +37,10 @@ def test_ray_engine_gives_the_same_bytes_and_the_same_errors(local_ray, tmp_path
     res = prepare_corpus([src], tmp_path / "ray", engine="ray", shard_mb=0.02, val_fraction=0.2)
     assert res.units >= 5 and res.units_done == res.units
     assert folder_bytes(tmp_path / "local") == folder_bytes(tmp_path / "ray")
+    monkeypatch.setattr(prep, "PART_BYTES", 700)  # the driver cuts units into parts; Ray tasks tokenize the parts
+    prepare_corpus([src], tmp_path / "ray-parts", engine="ray", shard_mb=0.02, val_fraction=0.2)
+    assert folder_bytes(tmp_path / "local") == folder_bytes(tmp_path / "ray-parts")
+    monkeypatch.undo()
 
     (src / "docs.jsonl").open("a").write("{broken\n")
     with pytest.raises(ValueError, match=r"docs.jsonl, line 21: not valid JSON"):
