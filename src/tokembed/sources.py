@@ -174,11 +174,13 @@ def _open(f: InputFile) -> BinaryIO:
 
 class _Cursor:
     """Reads one input for planning: a plain file with ``pread`` around the cut points only; a stream
-    (gzip, stdin) front to back, keeping the bytes from the last span's end on (they become span data)."""
+    (gzip, stdin) front to back, keeping the bytes from the last span's end on (they become span data).
+    A plain file is opened only when a cut must be looked for in it: a small file is never read here."""
 
     def __init__(self, f: InputFile, carry: bool):
-        self.stream = _open(f)
+        self.path = f.path
         self.seekable = f.path != STDIN and not f.compressed
+        self.stream = None if self.seekable else _open(f)
         self.carry = carry
         self.size = f.size if self.seekable else None
         self.buf, self.base, self.eof = bytearray(), 0, False
@@ -187,13 +189,18 @@ class _Cursor:
         """Bytes ``[pos, pos + n)``, fewer at the end of the input. A stream never goes back before the
         last span's end."""
         if self.seekable:
-            return os.pread(self.stream.fileno(), n, pos)
+            return os.pread(self._fd(), n, pos)
         while not self.eof and self.base + len(self.buf) < pos + n:
             chunk = self.stream.read(max(SCAN, pos + n - self.base - len(self.buf)))
             if not chunk:
                 self.eof = True
             self.buf += chunk
         return bytes(self.buf[pos - self.base : pos - self.base + n])
+
+    def _fd(self) -> int:
+        if self.stream is None:
+            self.stream = open(self.path, "rb")  # noqa: SIM115 (closed by close())
+        return self.stream.fileno()
 
     def end(self) -> int | None:
         """The input's size, once known."""
@@ -204,7 +211,7 @@ class _Cursor:
     def take(self, start: int, end: int) -> bytes | None:
         """The bytes of a new span ``[start, end)`` when they travel with it, else None."""
         if self.seekable:
-            return os.pread(self.stream.fileno(), end - start, start) if self.carry else None
+            return os.pread(self._fd(), end - start, start) if self.carry else None
         self.window(start, end - start)
         data = bytes(self.buf[start - self.base : end - self.base])
         del self.buf[: end - self.base]
@@ -222,7 +229,7 @@ class _Cursor:
             return pos
 
     def close(self) -> None:
-        if self.stream is sys.stdin.buffer:
+        if self.stream is None or self.stream is sys.stdin.buffer:
             return
         disk = getattr(self.stream, "fileobj", None)
         self.stream.close()
@@ -273,6 +280,9 @@ def _find_cut(cur: _Cursor, floor: int, target: int, accept) -> int:
     before ``floor`` (the current span's start) is read."""
     pos = max(floor, target - 4)  # 4 bytes of look-behind: a safe cut looks at the character before it
     lo = target - pos
+    end = cur.end()
+    if end is not None and target >= end:
+        return end  # a plain file that ends before the target: nothing to read
     while True:
         w = cur.window(pos, SCAN)
         end = cur.end()
