@@ -9,6 +9,10 @@ the same batches, the same optimizer (AdamW, same hyperparameters) and the same 
 
     .venv/bin/python benchmarks/bench_model.py           # three configurations, ~3-10 min
     .venv/bin/python benchmarks/bench_model.py --quick   # one small configuration, seconds
+    .venv/bin/python benchmarks/bench_model.py --document-mask-only   # what document_mask costs, ~1 min
+
+It also measures what ``GPTConfig(document_mask=True)`` costs (packed documents kept apart: an explicit
+attention mask instead of the fused causal path) against the same model without it.
 
 Writes a markdown table to stdout and JSON to benchmarks/results/model.json (model-quick.json with --quick).
 """
@@ -190,6 +194,32 @@ def measure(cfg: dict, *, steps: int, warmup: int, rounds: int) -> dict:
     return {name: {"seconds": best[name], "tokens_per_s": tokens / best[name], "parameters": params[name]} for name in runs}
 
 
+def measure_document_mask(cfg: dict, positional: str, *, steps: int, warmup: int, rounds: int) -> dict:
+    """tokembed.GPT with and without document_mask on the same batches (a document boundary every 100
+    tokens), rounds interleaved, best round kept."""
+    models, runs = {}, {}
+    for mask in (False, True):
+        torch.manual_seed(0)
+        m = GPT(GPTConfig(vocab_size=cfg["vocab_size"], context_length=cfg["context_length"], dim=cfg["emb_dim"], n_layers=cfg["n_layers"], n_heads=cfg["n_heads"],
+                          dropout=cfg["drop_rate"], positional=positional, document_mask=mask))
+        models[mask], runs[mask] = m, make_step(m, lambda m, x, y: m.loss(x, y))
+    batches = make_batches(steps, cfg["batch_size"], cfg["context_length"], cfg["vocab_size"])
+    for x, _ in batches:
+        x[:, 99::100] = 50256  # <|endoftext|>
+    tokens = steps * cfg["batch_size"] * cfg["context_length"]
+    best = {k: float("inf") for k in runs}
+    for mask, step in runs.items():
+        for x, y in batches[:warmup]:
+            step(x, y)
+    for _ in range(rounds):
+        for mask, step in runs.items():
+            t0 = time.perf_counter()
+            for x, y in batches:
+                step(x, y)
+            best[mask] = min(best[mask], time.perf_counter() - t0)
+    return {"positional": positional, "without_tokens_per_s": tokens / best[False], "with_tokens_per_s": tokens / best[True], "ratio": best[False] / best[True]}
+
+
 CONFIGS = {
     "tiny (tokembed train default)": dict(vocab_size=50257, context_length=64, emb_dim=64, n_layers=2, n_heads=4, drop_rate=0.0, qkv_bias=False, batch_size=8),
     "small, context 256, the book's dropout": dict(vocab_size=50257, context_length=256, emb_dim=256, n_layers=4, n_heads=4, drop_rate=0.1, qkv_bias=False, batch_size=8),
@@ -202,32 +232,42 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="one small configuration, few steps")
     ap.add_argument("--steps", type=int, default=None)
     ap.add_argument("--rounds", type=int, default=None)
+    ap.add_argument("--document-mask-only", action="store_true", help="only the cost of document_mask (small config, three schemes)")
     args = ap.parse_args()
     configs = {"tiny (tokembed train default)": CONFIGS["tiny (tokembed train default)"]} if args.quick else CONFIGS
     steps = args.steps or (3 if args.quick else 8)
     rounds = args.rounds or (1 if args.quick else 3)
     results = []
-    for label, cfg in configs.items():
+    for label, cfg in ({} if args.document_mask_only else configs).items():
         r = measure(cfg, steps=steps, warmup=1 if args.quick else 2, rounds=rounds)
         ratio = r["tokembed.GPT"]["tokens_per_s"] / r["book GPTModel"]["tokens_per_s"]
         results.append({"config": label, **{k: v for k, v in cfg.items()}, "results": r, "ratio": ratio})
-    lines = [
-        f"torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.processor() or platform.machine()}; best of {rounds} rounds of {steps} training steps",
-        "",
-        "| configuration | B x T | dim / layers / heads / dropout | book GPTModel tok/s | tokembed.GPT tok/s | ratio |",
-        "|---|---|---|---:|---:|---:|",
-    ]
+    lines = [f"torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.processor() or platform.machine()}; best of {rounds} rounds of {steps} training steps"]
+    if results:
+        lines += ["", "| configuration | B x T | dim / layers / heads / dropout | book GPTModel tok/s | tokembed.GPT tok/s | ratio |", "|---|---|---|---:|---:|---:|"]
     for r in results:
         lines.append(
             f"| {r['config']} | {r['batch_size']} x {r['context_length']} | {r['emb_dim']} / {r['n_layers']} / {r['n_heads']} / {r['drop_rate']} | "
             f"{r['results']['book GPTModel']['tokens_per_s']:,.0f} | {r['results']['tokembed.GPT']['tokens_per_s']:,.0f} | {r['ratio']:.2f}x |"
         )
+    mask_cfg = CONFIGS["small, context 256, no dropout"]
+    masks = [] if args.quick else [measure_document_mask(mask_cfg, pos, steps=steps, warmup=2, rounds=rounds) for pos in ("learned", "rope", "alibi")]
+    if masks:
+        lines += [
+            "",
+            f"document_mask at {mask_cfg['batch_size']} x {mask_cfg['context_length']}, dim {mask_cfg['emb_dim']}, {mask_cfg['n_layers']} layers (a document boundary every 100 tokens):",
+            "",
+            "| positional | without tok/s | with tok/s | with / without |",
+            "|---|---:|---:|---:|",
+            *[f"| {m['positional']} | {m['without_tokens_per_s']:,.0f} | {m['with_tokens_per_s']:,.0f} | {m['ratio']:.2f}x |" for m in masks],
+        ]
     print("\n".join(lines))
-    out = ROOT / "benchmarks" / "results" / ("model-quick.json" if args.quick else "model.json")  # a quick run never replaces the full one
+    name = "model-quick.json" if args.quick else ("model-document-mask.json" if args.document_mask_only else "model.json")
+    out = ROOT / "benchmarks" / "results" / name  # a quick or partial run never replaces the full one
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".json.tmp")
     tmp.write_text(json.dumps({"command": " ".join(["benchmarks/bench_model.py", *sys.argv[1:]]), "torch": torch.__version__, "threads": torch.get_num_threads(),
-                               "steps": steps, "rounds": rounds, "results": results}, indent=1) + "\n")
+                               "steps": steps, "rounds": rounds, "results": results, "document_mask": masks}, indent=1) + "\n")
     os.replace(tmp, out)
 
 
