@@ -251,6 +251,41 @@ def test_resume_never_reuses_a_unit_whose_input_changed(tmp_path, monkeypatch):
     assert decoded_documents(tmp_path / "out") == changed
 
 
+@pytest.mark.parametrize("change", ["the first document moves to another split", "the input now makes fewer units"])
+def test_a_resume_on_changed_input_leaves_no_stale_shard(tmp_path, monkeypatch, change):
+    # The folder's identity checks input sizes only, so a same-size change is resumed; the units whose
+    # input changed are redone, and nothing of the interrupted run may survive in the finished folder.
+    candidates = [f"document {i:04d} " + "y" * 200 for i in range(100)]  # each fills a unit by itself
+    val_doc = next(d for d in candidates if prep._in_val(d, 0.5))
+    train_doc = next(d for d in candidates if not prep._in_val(d, 0.5))
+    first = [val_doc] + [f"line {i:04d} " * 3 for i in range(40)]
+    if change == "the first document moves to another split":
+        second = [train_doc] + first[1:]
+    else:  # as many bytes in two lines: fewer units
+        size = lambda docs: write_jsonl(tmp_path / "probe.jsonl", docs).stat().st_size  # noqa: E731
+        second = [val_doc, "x" * (size(first) - size([val_doc, ""]))]
+    src = tmp_path / "in.jsonl"
+    write_jsonl(src, first)
+    real, written = prep._write_unit, []
+
+    def crash_after_four_units(out_, result, dtype):
+        if len(written) == 4:
+            raise Crash
+        written.append(result["unit"])
+        return real(out_, result, dtype)
+
+    monkeypatch.setattr(prep, "_write_unit", crash_after_four_units)
+    with pytest.raises(Crash):
+        prepare_corpus([src], tmp_path / "out", workers=1, shard_mb=0.00015, val_fraction=0.5)
+    monkeypatch.undo()
+    write_jsonl(src, second)
+    assert src.stat().st_size == len(write_jsonl(tmp_path / "first.jsonl", first).read_bytes())
+    prepare_corpus([src], tmp_path / "out", workers=1, shard_mb=0.00015, val_fraction=0.5)
+    prepare_corpus([src], tmp_path / "fresh", workers=1, shard_mb=0.00015, val_fraction=0.5)
+    assert check_shards(tmp_path / "out") == []
+    assert folder_bytes(tmp_path / "out") == folder_bytes(tmp_path / "fresh")
+
+
 def test_different_inputs_into_a_prepared_folder(corpus, tmp_path):
     src, _ = corpus
     out = tmp_path / "out"

@@ -693,8 +693,33 @@ def _write_unit(out: Path, result: dict[str, Any], dtype: np.dtype) -> dict[str,
             tokens=tokens_rel, index=index_rel, n_tokens=len(r["tokens"]), n_documents=len(r["index"]),
             bytes=len(r["tokens"]) * dtype.itemsize, sha256=r["sha256"], index_sha256=r["index_sha256"],
         ).to_dict()
+    _remove_unit_files(out, uid, keep=record["splits"])  # an earlier run on other input may have filled another split
     atomic_write_json(out / PARTS / f"{uid:05d}.json", record)  # last: the unit counts as done from here on
     return record
+
+
+def _remove_unit_files(out: Path, uid: int, *, keep=(), record: bool = False) -> None:
+    """Delete unit ``uid``'s shard files in the splits not in ``keep`` (and its record with ``record``)."""
+    for split in SPLITS:
+        if split not in keep:
+            for suffix in (".bin", ".idx"):
+                (out / split / f"{uid:05d}{suffix}").unlink(missing_ok=True)
+    if record:
+        (out / PARTS / f"{uid:05d}.json").unlink(missing_ok=True)
+
+
+def _remove_units_past(out: Path, n_units: int, rank: int, world_size: int) -> None:
+    """Delete this rank's shard files and records numbered ``n_units`` or more: left by an interrupted run
+    on input that has changed since and now makes fewer units."""
+    stale = set()
+    for folder in (*(out / s for s in SPLITS), out / PARTS):
+        if folder.is_dir():
+            for p in folder.iterdir():
+                stem = p.name.split(".")[0]
+                if len(stem) == 5 and stem.isdigit() and int(stem) >= n_units and int(stem) % world_size == rank:
+                    stale.add(int(stem))
+    for uid in stale:
+        _remove_unit_files(out, uid, record=True)
 
 
 def _assemble(identity: dict[str, Any], records: list[dict[str, Any]], n_units: int) -> dict[str, Any]:
@@ -861,6 +886,7 @@ def prepare_corpus(
             bar.close()
     result.units = n_units
     result.inputs = identity["inputs"]
+    _remove_units_past(out, n_units, rank, world_size)
     if world_size == 1:
         manifest = _assemble(identity, records, n_units)
         atomic_write_json(out / MANIFEST, manifest)
