@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tokembed.prepare as prep
+import tokembed.units as units
 from tokembed.cli import main
 from tokembed.prepare import PrepareConfig, merge_manifests, prepare_corpus
 from tokembed.shards import check_shards, open_shards
@@ -256,8 +257,8 @@ def test_a_resume_on_changed_input_leaves_no_stale_shard(tmp_path, monkeypatch, 
     # The folder's identity checks input sizes only, so a same-size change is resumed; the units whose
     # input changed are redone, and nothing of the interrupted run may survive in the finished folder.
     candidates = [f"document {i:04d} " + "y" * 200 for i in range(100)]  # each fills a unit by itself
-    val_doc = next(d for d in candidates if prep._in_val(d, 0.5))
-    train_doc = next(d for d in candidates if not prep._in_val(d, 0.5))
+    val_doc = next(d for d in candidates if units._in_val(d, 0.5))
+    train_doc = next(d for d in candidates if not units._in_val(d, 0.5))
     first = [val_doc] + [f"line {i:04d} " * 3 for i in range(40)]
     if change == "the first document moves to another split":
         second = [train_doc] + first[1:]
@@ -491,7 +492,7 @@ def test_cli_quiet_prints_nothing(tmp_path, capsys):
 @given(st.lists(st.sampled_from(["<|endoftext|>", "<|", "|>", " ", "\n", "a", "é", "🤖", "日本", "'s", "\ud800", "12", "\t"]), max_size=20).map("".join) | st.text(max_size=80))
 def test_fast_encoder_path_equals_encode_ordinary(text):
     # prepare encodes with encode_to_numpy (no Python list); it must be exactly encode_ordinary.
-    assert prep._encode_ordinary(ENC, text).tolist() == ENC.encode_ordinary(text)
+    assert units._encode_ordinary(ENC, text).tolist() == ENC.encode_ordinary(text)
 
 
 def test_truncated_gzip_and_missing_ray_are_clear_errors(tmp_path, monkeypatch):

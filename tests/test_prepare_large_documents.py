@@ -18,8 +18,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import tokembed.prepare as prep
-from tokembed.prepare import prepare_corpus
+import tokembed.units as units
+from tokembed.prepare import PrepareConfig, prepare_corpus
 from tokembed.shards import check_shards, open_shards
 from tokembed.sources import Span, plan_units, read_span, resolve_inputs, safe_cut
 from tokembed.tokenizer import get_tokenizer
@@ -158,7 +158,7 @@ def test_a_cut_document_goes_to_one_split_by_the_documented_rule(tmp_path, monke
     # f * 2**64. A small key makes the documents long enough to be cut, with a 2-byte character straddling
     # the key's end in some of them (the planner decides cut documents from their raw head bytes).
     key = 300
-    monkeypatch.setattr(prep, "VAL_KEY_BYTES", key)
+    monkeypatch.setattr(units, "VAL_KEY_BYTES", key)
     rng = np.random.default_rng(5)
     words = ["alpha", "beta", "gamma", "délta", "ε", "日本", "zeta", "x"]
     docs = []
@@ -193,7 +193,7 @@ def test_a_cut_document_goes_to_one_split_by_the_documented_rule(tmp_path, monke
 @pytest.mark.parametrize("part_bytes", [None, 300])
 def test_line_numbers_in_errors_from_later_units_plain_and_gzip(tmp_path, monkeypatch, part_bytes):
     if part_bytes:
-        monkeypatch.setattr(prep, "PART_BYTES", part_bytes)
+        monkeypatch.setattr(units, "PART_BYTES", part_bytes)
     lines = [json.dumps({"text": f"document {i}"}) for i in range(60)]
     lines[56] = '{"text": "broken'
     data = ("\n".join(lines) + "\n").encode()
@@ -225,7 +225,7 @@ def test_a_file_that_shrinks_after_planning_is_a_clear_error(tmp_path):
 def test_tokenizing_units_in_small_parts_changes_no_byte(tmp_path, story, spec_texts, monkeypatch, val):
     # Units are tokenized in parts (JSON lines, documents, and documents cut at safe points) so that
     # workers share even a few units; put together, the parts must give exactly the unit's shards.
-    monkeypatch.setattr(prep, "VAL_KEY_BYTES", 300)  # whole documents cut into parts get their split from the head
+    monkeypatch.setattr(units, "VAL_KEY_BYTES", 300)  # whole documents cut into parts get their split from the head
     src = tmp_path / "in"
     src.mkdir()
     (src / "a-story.txt").write_text(story, encoding="utf-8")
@@ -237,10 +237,10 @@ def test_tokenizing_units_in_small_parts_changes_no_byte(tmp_path, story, spec_t
     opts = dict(shard_mb=0.03, val_fraction=val)
     prepare_corpus([src], tmp_path / "whole", workers=1, **opts)  # parts of 1 MiB: every unit in one part
     ref = folder_bytes(tmp_path / "whole")
-    monkeypatch.setattr(prep, "PART_BYTES", 700)
-    units = list(prep.iter_units(resolve_inputs([src]), prep.PrepareConfig(**opts)))
+    monkeypatch.setattr(units, "PART_BYTES", 700)
+    planned = list(units.iter_units(resolve_inputs([src]), PrepareConfig(**opts)))
     names = {i: f.path for i, f in enumerate(resolve_inputs([src]))}
-    assert sum(len(prep.unit_parts(u, prep.PrepareConfig(**opts), names)) for u in units) > 4 * len(units)
+    assert sum(len(units.unit_parts(u, PrepareConfig(**opts), names)) for u in planned) > 4 * len(planned)
     for workers in (1, 2):
         prepare_corpus([src], tmp_path / f"parts-{workers}", workers=workers, **opts)
         assert folder_bytes(tmp_path / f"parts-{workers}") == ref, workers

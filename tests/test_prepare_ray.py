@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-import tokembed.prepare as prep
+import tokembed.units as units
 from tokembed.prepare import prepare_corpus
 
 ray = pytest.importorskip("ray")
@@ -37,7 +37,7 @@ def test_ray_engine_gives_the_same_bytes_and_the_same_errors(local_ray, tmp_path
     res = prepare_corpus([src], tmp_path / "ray", engine="ray", shard_mb=0.02, val_fraction=0.2)
     assert res.units >= 5 and res.units_done == res.units
     assert folder_bytes(tmp_path / "local") == folder_bytes(tmp_path / "ray")
-    monkeypatch.setattr(prep, "PART_BYTES", 700)  # the driver cuts units into parts; Ray tasks tokenize the parts
+    monkeypatch.setattr(units, "PART_BYTES", 700)  # the driver cuts units into parts; Ray tasks tokenize the parts
     prepare_corpus([src], tmp_path / "ray-parts", engine="ray", shard_mb=0.02, val_fraction=0.2)
     assert folder_bytes(tmp_path / "local") == folder_bytes(tmp_path / "ray-parts")
     monkeypatch.undo()

@@ -9,7 +9,7 @@ The plan is fixed before any tokenizing, so the output never depends on the engi
    into pieces at pre-tokenizer-safe points, so it spans several units and shards and is never held
    whole. Unit ``k`` becomes shard ``k`` of each split (``train/0000k.bin`` and ``.idx``; a split that
    gets nothing from a unit gets no file). The planner reads plain files only around the cut points.
-3. Each unit is tokenized in parts of about 1 MiB (`unit_parts`, cut the same safe way) by a pool of
+3. Each unit is tokenized in parts of about 1 MiB (`tokembed.units`, cut the same safe way) by a pool of
    worker processes (or Ray tasks), which read their byte spans, hash them, decode, parse, tokenize with
    ``encode_ordinary`` (a literal ``<|endoftext|>`` inside a document stays text) and return numpy
    arrays. The main process joins a unit's parts in order, writes its shards atomically (temporary name,
@@ -29,16 +29,14 @@ manifest (``tokembed merge DIR``).
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import math
 import os
 import shutil
-import struct
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,14 +55,13 @@ from tokembed.shards import (
     is_temp_file,
     sha256_file,
 )
-from tokembed.sources import CONT, FORMATS, LINES, MORE, InputFile, Span, line_number, plan_units, read_span, resolve_inputs, split_span
+from tokembed.sources import FORMATS, InputFile, resolve_inputs
+from tokembed.units import FILE_STATS, SPLITS, iter_units, join_parts, tokenize_unit, trim_heap, unit_input_hash, unit_parts
 
 __all__ = ["PrepareConfig", "PrepareResult", "merge_manifests", "prepare_corpus"]
 
-SPLITS = ("train", "val")
 PARTS = ".parts"
 ENGINES = ("local", "ray")
-FILE_STATS = ("documents", "tokens", "chars", "text_bytes", "empty", "replaced", "bad_lines")
 
 
 @dataclass(frozen=True)
@@ -159,267 +156,6 @@ class PrepareResult:
             f"{self.tokens_done:,} tokens in {self.seconds:.1f} s ({rate:,.0f} tokens/s) -> {self.out}"
         )
         return "\n".join(lines)
-
-
-# ----------------------------------------------------------------------------------------------- units
-
-
-VAL = 8  # Span.flags: a piece of a cut document that belongs to the val split
-VAL_KEY_BYTES = 1 << 20  # the validation split hashes a document's first MiB of text
-PART_BYTES = 1 << 20  # units are tokenized in parts of about this size, so workers share even a few units
-
-
-@dataclass
-class Unit:
-    """One work unit: the byte spans of consecutive documents (see `tokembed.sources.plan_units`).
-    Spans of plain files carry no bytes, so a unit pickles to a few hundred bytes; workers read them.
-
-    A unit is tokenized as ``parts`` tasks of about `PART_BYTES` each (`unit_parts`): each task is a
-    `Unit` with the same ``id``, its own share of the spans, and its ``part`` number.
-
-    Attributes:
-        id: the unit's number (= the number of its shards).
-        spans: its spans, in input order.
-        disk_bytes: input bytes read from disk for it (for progress).
-        part: which part of the unit this is.
-        parts: how many parts the unit has.
-    """
-
-    id: int
-    spans: list[Span]
-    disk_bytes: int = 0
-    part: int = 0
-    parts: int = 1
-
-
-def _input_hash(spans: Sequence[Span], datas: Sequence[bytes]) -> str:
-    """What a finished unit was made from: every span's place, flags and bytes."""
-    h = hashlib.sha256()
-    for sp, data in zip(spans, datas):
-        h.update(struct.pack("<4q", sp.file, sp.start, sp.end, sp.flags))
-        h.update(data)
-    return h.hexdigest()[:32]
-
-
-def unit_parts(unit: Unit, config: PrepareConfig, names: dict[int, str]) -> list[Unit]:
-    """Cut a unit into parts of at least `PART_BYTES` (JSON lines, documents, or pieces of documents cut at
-    safe points). The parts' results, put together in order, are the unit's; the cuts depend only on the
-    input. A whole document that gets cut has its split decided here, from its head, like a cut document."""
-    spans: list[Span] = []
-    for sp in unit.spans:
-        if not sp.flags & (LINES | CONT | MORE) and len(sp) > PART_BYTES and config.val_fraction > 0:
-            head = sp.data[: VAL_KEY_BYTES + 4] if sp.data is not None else read_span(Span(sp.file, sp.start, min(sp.end, sp.start + VAL_KEY_BYTES + 4)), names[sp.file])
-            if _in_val(head.decode("utf-8", "replace"), config.val_fraction):
-                sp = dataclasses.replace(sp, flags=sp.flags | VAL)
-        spans += split_span(sp, PART_BYTES, names[sp.file])
-    groups: list[list[Span]] = [[]]
-    size = 0
-    for sp in spans:
-        if size >= PART_BYTES:
-            groups.append([])
-            size = 0
-        groups[-1].append(sp)
-        size += len(sp)
-    return [Unit(unit.id, g, unit.disk_bytes if k == 0 else 0, k, len(groups)) for k, g in enumerate(groups)]
-
-
-def _unit_hash(part_hashes: Sequence[str]) -> str:
-    return hashlib.sha256("".join(part_hashes).encode()).hexdigest()[:32]
-
-
-def iter_units(files: Sequence[InputFile], config: PrepareConfig, *, carry: bool = False) -> Iterator[Unit]:
-    """The plan: the inputs cut into units of at least ``config.unit_bytes`` bytes (the last may be smaller).
-
-    A text document cut into pieces goes to one split as a whole: the split is decided here, once, from
-    the document's first `VAL_KEY_BYTES` (the same rule the workers apply to whole documents).
-    """
-    head = VAL_KEY_BYTES + 4 if config.val_fraction > 0 else 0  # + one UTF-8 character: see _in_val
-    in_val = False
-    for uid, (spans, disk_bytes) in enumerate(plan_units(files, config.unit_bytes, carry=carry, head_bytes=head)):
-        for sp in spans:
-            if sp.head is not None:
-                in_val = _in_val(sp.head.decode("utf-8", "replace"), config.val_fraction)
-                sp.head = None
-            if sp.flags & (CONT | MORE) and in_val:
-                sp.flags |= VAL
-        yield Unit(uid, spans, disk_bytes)
-
-
-# ----------------------------------------------------------------------------------------------- worker side
-
-
-def _in_val(text: str, val_fraction: float) -> bool:
-    """Whether a document goes to the val split: a hash of its first `VAL_KEY_BYTES` bytes of UTF-8 text.
-
-    The planner decides for documents it cuts into pieces from their first ``VAL_KEY_BYTES + 4`` raw
-    bytes decoded: UTF-8 decoding is prefix-stable except for a character cut at the end, and decoded
-    text is never shorter in bytes than the raw bytes it came from, so the key is the same.
-    """
-    if val_fraction <= 0.0:
-        return False
-    key = text[:VAL_KEY_BYTES].encode("utf-8", "surrogatepass")[:VAL_KEY_BYTES]  # (a char is >= 1 byte)
-    h = int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little")
-    return h < val_fraction * 2.0**64
-
-
-def _trim_heap() -> None:
-    """Give freed heap memory back to the OS (glibc keeps freed blocks of up to 32 MB in the heap, so
-    without this a long run's resident memory creeps up with fragmentation instead of staying flat)."""
-    global _malloc_trim
-    if _malloc_trim is None:
-        try:
-            import ctypes
-
-            _malloc_trim = ctypes.CDLL("libc.so.6").malloc_trim
-        except (OSError, AttributeError):
-            _malloc_trim = False
-    if _malloc_trim:
-        _malloc_trim(0)
-
-
-_malloc_trim = None
-
-
-def _encode_ordinary(enc, text: str):
-    """``enc.encode_ordinary(text)`` as a numpy array, without the Python list in between when tiktoken can.
-
-    With no special token allowed and none disallowed, tiktoken's encoder treats ``<|endoftext|>`` inside
-    a document as plain text: exactly ``encode_ordinary`` (a test checks the two agree).
-    """
-    if hasattr(enc, "encode_to_numpy"):
-        try:
-            return enc.encode_to_numpy(text, allowed_special=set(), disallowed_special=())
-        except UnicodeEncodeError:
-            pass  # lone surrogates: encode_ordinary knows how to repair them
-    return np.asarray(enc.encode_ordinary(text), dtype=np.uint32)
-
-
-def _records(sp: Span, data: bytes) -> Iterator[tuple[bytes, int, int]]:
-    """``(raw, offset, k)`` for each record of a span: its JSON lines (``k``-th line of the span), or its
-    one document or piece (``k = -1``)."""
-    if not sp.flags & LINES:
-        yield data, sp.start, -1
-        return
-    offset = sp.start
-    for k, raw in enumerate(data.split(b"\n")):  # the last item follows the final newline: blank
-        yield raw, offset, k
-        offset += len(raw) + 1
-
-
-def tokenize_unit(unit: Unit, config: PrepareConfig, names: Sequence[str] | dict[int, str]) -> dict[str, Any]:
-    """Tokenize one unit (runs in a worker): read its spans, hash them, decode, parse, tokenize.
-
-    Returns per-split token and index arrays with their sha256, the unit's input hash, and per-input-file
-    counts. Raises ValueError naming the file and line or byte offset for bad input.
-    """
-    from tokembed.tokenizer import get_tokenizer
-
-    _trim_heap()  # the previous unit's buffers are gone by now
-    enc = get_tokenizer(config.tokenizer)
-    eot = enc.eot_token
-    dtype = dtype_for_vocab(enc.n_vocab)
-    datas = [read_span(sp, names[sp.file]) for sp in unit.spans]
-    input_hash = _input_hash(unit.spans, datas)
-    pieces: dict[str, list[np.ndarray]] = {s: [] for s in SPLITS}
-    starts: dict[str, list[int]] = {s: [] for s in SPLITS}  # document starts within the split's shard
-    filled = dict.fromkeys(SPLITS, 0)
-    stats: dict[int, dict[str, int]] = {}
-    for sp, data in zip(unit.spans, datas):
-        fi, name = sp.file, names[sp.file]
-        st = stats.setdefault(fi, dict.fromkeys(FILE_STATS, 0))
-        cut = sp.flags & (CONT | MORE)
-        for raw, offset, k in _records(sp, data):
-
-            def where() -> str:
-                if k < 0:
-                    return name
-                return f"{name}, line {sp.line + k if sp.line else line_number(name, offset)}"
-
-            if k >= 0 and not raw.strip():
-                continue  # blank line in JSON Lines
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                if config.strict:
-                    gz = " of the decompressed data" if name.endswith(".gz") else ""
-                    raise ValueError(
-                        f"{where()}: invalid UTF-8 at byte offset {offset + e.start}{gz} ({raw[e.start:e.start + 4]!r}); "
-                        "fix the file, or drop --strict to replace invalid bytes with U+FFFD"
-                    ) from None
-                text = raw.decode("utf-8", "replace")
-                st["replaced"] += text.count("\ufffd") - raw.count("\ufffd".encode())
-            if k >= 0:
-                try:
-                    obj = json.loads(text)
-                except json.JSONDecodeError as e:
-                    if config.skip_bad_lines:
-                        st["bad_lines"] += 1
-                        continue
-                    raise ValueError(f"{where()}: not valid JSON ({e.msg} at column {e.colno}); fix the line or pass --skip-bad-lines") from None
-                value = obj.get(config.field) if isinstance(obj, dict) else None
-                if not isinstance(value, str):
-                    if config.skip_bad_lines:
-                        st["bad_lines"] += 1
-                        continue
-                    what = "lacks the field" if not isinstance(obj, dict) or config.field not in obj else f"has a non-string {type(value).__name__} in field"
-                    keys = f" (it has {', '.join(map(repr, list(obj)[:8]))})" if isinstance(obj, dict) else ""
-                    raise ValueError(f"{where()}: the JSON record {what} {config.field!r}{keys}; choose the field with --field, or pass --skip-bad-lines")
-                text = value
-            if cut:  # a piece of a cut document: never blank, its split decided by the planner
-                split = "val" if sp.flags & VAL else "train"
-            else:
-                if not text.strip():
-                    st["empty"] += 1
-                    continue
-                split = "val" if _in_val(text, config.val_fraction) else "train"
-            ids = _encode_ordinary(enc, text)
-            end = not sp.flags & MORE  # the document ends here: its <|endoftext|> follows
-            arr = np.empty(len(ids) + end, dtype=dtype)
-            arr[: len(ids)] = ids
-            if end:
-                arr[-1] = eot
-            if not sp.flags & CONT:
-                starts[split].append(filled[split])
-                st["documents"] += 1
-            pieces[split].append(arr)
-            filled[split] += len(arr)
-            st["tokens"] += len(ids)
-            st["chars"] += len(text)
-            st["text_bytes"] += len(text.encode("utf-8", "surrogatepass"))
-    del datas
-    out: dict[str, Any] = {"unit": unit.id, "part": unit.part, "input_hash": input_hash, "stats": stats, "splits": {}}
-    for s in SPLITS:
-        if pieces[s]:
-            out["splits"][s] = {
-                "tokens": np.concatenate(pieces[s]),  # (n_tokens,)
-                "index": np.asarray(starts[s], dtype=INDEX_DTYPE),  # (n_documents,) where documents start; none for a middle piece
-            }
-    return out
-
-
-def _join_parts(results: list[dict[str, Any]]) -> dict[str, Any]:
-    """One unit's result from its parts' (in order): tokens concatenated, document starts shifted, counts
-    added, and the sha256 of the files to be written."""
-    out: dict[str, Any] = {"unit": results[0]["unit"], "input_hash": _unit_hash([r["input_hash"] for r in results]), "stats": {}, "splits": {}}
-    for r in results:
-        for fi, st in r["stats"].items():
-            acc = out["stats"].setdefault(fi, dict.fromkeys(FILE_STATS, 0))
-            for k, v in st.items():
-                acc[k] += v
-    for s in SPLITS:
-        parts = [r["splits"][s] for r in results if s in r["splits"]]
-        if not parts:
-            continue
-        offsets = np.cumsum([0] + [len(p["tokens"]) for p in parts[:-1]])
-        tokens = np.concatenate([p["tokens"] for p in parts]) if len(parts) > 1 else parts[0]["tokens"]  # (n_tokens,)
-        index = np.concatenate([p["index"] + o for p, o in zip(parts, offsets)]).astype(INDEX_DTYPE, copy=False)  # (n_documents,)
-        out["splits"][s] = {
-            "tokens": tokens,
-            "index": index,
-            "sha256": hashlib.sha256(memoryview(tokens).cast("B")).hexdigest(),
-            "index_sha256": hashlib.sha256(memoryview(index).cast("B")).hexdigest(),
-        }
-    return out
 
 
 def _watch_parent(parent: int) -> None:
@@ -831,13 +567,13 @@ def prepare_corpus(
         if any(r is None for r in parts):
             return
         del waiting[fut.unit_id]
-        joined = _join_parts(parts)
+        joined = join_parts(parts)
         parts.clear()
         records.append(_write_unit(out, joined, dtype))
         n_tok = sum(len(r["tokens"]) for r in joined["splits"].values())
         n_docs = sum(st["documents"] for st in joined["stats"].values())
         joined.clear()
-        _trim_heap()
+        trim_heap()
         result.units_done += 1
         result.tokens_done += n_tok
         if bar is not None:
@@ -862,8 +598,7 @@ def prepare_corpus(
             parts = unit_parts(unit, config, unit_names)
             record = _load_record(out / PARTS / f"{unit.id:05d}.json")
             if record is not None:
-                input_hash = _unit_hash([_input_hash(p.spans, [read_span(sp, unit_names[sp.file]) for sp in p.spans]) for p in parts])
-                if _record_ok(out, record, input_hash, dtype.itemsize):
+                if _record_ok(out, record, unit_input_hash(parts, unit_names), dtype.itemsize):
                     records.append(record)
                     result.units_skipped += 1
                     if bar is not None:
