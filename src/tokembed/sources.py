@@ -237,7 +237,9 @@ class _Cursor:
             disk.close()
 
 
-_WHITESPACE = re.compile(rb"[\t\n\x0b\x0c\r ]")
+# ASCII whitespace after a byte that is not ASCII whitespace or control: runs of whitespace are skipped
+# in C; after a non-ASCII byte `_after_non_space` decides.
+_CANDIDATE = re.compile(rb"(?<=[\x21-\x7e\x80-\xff])[\t\n\x0b\x0c\r ]")
 
 
 def _after_non_space(w: bytes, i: int) -> bool:
@@ -264,8 +266,8 @@ def safe_cut(w: bytes, lo: int = 1) -> int:
 
     ``w[i]`` is ASCII whitespace and the character before it is not whitespace, so
     ``encode(w[:i]) + encode(w[i:]) == encode(w)`` (see the module docstring)."""
-    for m in _WHITESPACE.finditer(w, max(lo, 1)):
-        if _after_non_space(w, m.start()):
+    for m in _CANDIDATE.finditer(w, max(lo, 1)):
+        if w[m.start() - 1] < 0x80 or _after_non_space(w, m.start()):
             return m.start()
     return -1
 
