@@ -168,8 +168,25 @@ def make_step(model, loss_fn, lr: float = 4e-4):
     return step
 
 
+def best_seconds(runs: dict, models: dict, batches: list, *, warmup: int, rounds: int) -> dict:
+    """Warm each training step up, then interleave ``rounds`` of them over ``batches`` so that machine noise
+    hits all alike; each one's best round, in seconds."""
+    for name, step in runs.items():  # warm-up: allocator, kernels
+        models[name].train()
+        for x, y in batches[:warmup]:
+            step(x, y)
+    best = {k: float("inf") for k in runs}
+    for _ in range(rounds):
+        for name, step in runs.items():
+            t0 = time.perf_counter()
+            for x, y in batches:
+                step(x, y)
+            best[name] = min(best[name], time.perf_counter() - t0)
+    return best
+
+
 def measure(cfg: dict, *, steps: int, warmup: int, rounds: int) -> dict:
-    """Interleave rounds of the two models so that machine noise hits both alike; keep each one's best round."""
+    """tokembed.GPT against the book's GPTModel on the same batches (see `best_seconds`)."""
     torch.manual_seed(0)
     ours = GPT(GPTConfig(vocab_size=cfg["vocab_size"], context_length=cfg["context_length"], dim=cfg["emb_dim"], n_layers=cfg["n_layers"], n_heads=cfg["n_heads"],
                          dropout=cfg["drop_rate"], positional="learned"))
@@ -179,17 +196,7 @@ def measure(cfg: dict, *, steps: int, warmup: int, rounds: int) -> dict:
     models = {"tokembed.GPT": ours, "book GPTModel": book}
     batches = make_batches(steps, cfg["batch_size"], cfg["context_length"], cfg["vocab_size"])
     tokens = steps * cfg["batch_size"] * cfg["context_length"]
-    best = {k: float("inf") for k in runs}
-    for name, step in runs.items():  # warm-up: allocator, kernels
-        models[name].train()
-        for x, y in batches[:warmup]:
-            step(x, y)
-    for _ in range(rounds):
-        for name, step in runs.items():
-            t0 = time.perf_counter()
-            for x, y in batches:
-                step(x, y)
-            best[name] = min(best[name], time.perf_counter() - t0)
+    best = best_seconds(runs, models, batches, warmup=warmup, rounds=rounds)
     params = {k: sum(p.numel() for p in m.parameters()) for k, m in models.items()}
     return {name: {"seconds": best[name], "tokens_per_s": tokens / best[name], "parameters": params[name]} for name in runs}
 
@@ -207,16 +214,7 @@ def measure_document_mask(cfg: dict, positional: str, *, steps: int, warmup: int
     for x, _ in batches:
         x[:, 99::100] = 50256  # <|endoftext|>
     tokens = steps * cfg["batch_size"] * cfg["context_length"]
-    best = {k: float("inf") for k in runs}
-    for mask, step in runs.items():
-        for x, y in batches[:warmup]:
-            step(x, y)
-    for _ in range(rounds):
-        for mask, step in runs.items():
-            t0 = time.perf_counter()
-            for x, y in batches:
-                step(x, y)
-            best[mask] = min(best[mask], time.perf_counter() - t0)
+    best = best_seconds(runs, models, batches, warmup=warmup, rounds=rounds)
     return {"positional": positional, "without_tokens_per_s": tokens / best[False], "with_tokens_per_s": tokens / best[True], "ratio": best[False] / best[True]}
 
 

@@ -331,6 +331,12 @@ def _clear(out: Path) -> None:
             shutil.rmtree(p) if p.is_dir() else p.unlink()
 
 
+def _unit_number(name: str) -> int | None:
+    """The unit a shard file or record belongs to (``00012.bin`` -> 12); None for other files."""
+    stem = name.split(".")[0]
+    return int(stem) if len(stem) == 5 and stem.isdigit() else None
+
+
 def _remove_leftovers(out: Path, rank: int = 0, world_size: int = 1) -> None:
     """Delete temporary files of an interrupted run (never complete, never trusted).
 
@@ -343,13 +349,8 @@ def _remove_leftovers(out: Path, rank: int = 0, world_size: int = 1) -> None:
         for p in folder.iterdir():
             if not is_temp_file(p.name):
                 continue
-            target = p.name[1 : p.name.index(".tmp-")]
-            stem = target.split(".")[0]
-            if stem.isdigit() and len(stem) == 5:
-                mine = int(stem) % world_size == rank
-            else:
-                mine = world_size == 1
-            if mine:
+            uid = _unit_number(p.name[1 : p.name.index(".tmp-")])
+            if (uid % world_size == rank) if uid is not None else world_size == 1:
                 p.unlink(missing_ok=True)
 
 
@@ -451,9 +452,9 @@ def _remove_units_past(out: Path, n_units: int, rank: int, world_size: int) -> N
     for folder in (*(out / s for s in SPLITS), out / PARTS):
         if folder.is_dir():
             for p in folder.iterdir():
-                stem = p.name.split(".")[0]
-                if len(stem) == 5 and stem.isdigit() and int(stem) >= n_units and int(stem) % world_size == rank:
-                    stale.add(int(stem))
+                uid = _unit_number(p.name)
+                if uid is not None and uid >= n_units and uid % world_size == rank:
+                    stale.add(uid)
     for uid in stale:
         _remove_unit_files(out, uid, record=True)
 
@@ -597,13 +598,12 @@ def prepare_corpus(
                 continue
             parts = unit_parts(unit, config, unit_names)
             record = _load_record(out / PARTS / f"{unit.id:05d}.json")
-            if record is not None:
-                if _record_ok(out, record, unit_input_hash(parts, unit_names), dtype.itemsize):
-                    records.append(record)
-                    result.units_skipped += 1
-                    if bar is not None:
-                        bar.update(unit.disk_bytes)
-                    continue
+            if record is not None and _record_ok(out, record, unit_input_hash(parts, unit_names), dtype.itemsize):
+                records.append(record)
+                result.units_skipped += 1
+                if bar is not None:
+                    bar.update(unit.disk_bytes)
+                continue
             waiting[unit.id], disk_bytes[unit.id] = [None] * len(parts), unit.disk_bytes
             for part in parts:
                 while len(pending) >= eng.capacity:

@@ -237,19 +237,14 @@ class _Cursor:
             disk.close()
 
 
-# ASCII whitespace after a byte that is not ASCII whitespace or control: runs of whitespace are skipped
-# in C; after a non-ASCII byte `_after_non_space` decides.
+# ASCII whitespace after an ASCII byte that is neither whitespace nor control (always a cut), or after a
+# non-ASCII byte (`_non_ascii_non_space_before` decides). Runs of whitespace are skipped in C.
 _CANDIDATE = re.compile(rb"(?<=[\x21-\x7e\x80-\xff])[\t\n\x0b\x0c\r ]")
 
 
-def _after_non_space(w: bytes, i: int) -> bool:
-    """Whether the character that ends just before ``w[i]`` is certainly not whitespace. Looks back at
-    most 4 bytes (one UTF-8 character), so the answer depends only on the input, not on the window."""
-    b = w[i - 1]
-    if 0x21 <= b <= 0x7E:
-        return True
-    if b < 0x80:
-        return False  # ASCII whitespace or a control character
+def _non_ascii_non_space_before(w: bytes, i: int) -> bool:
+    """Whether the non-ASCII character that ends just before ``w[i]`` is certainly not whitespace. Looks
+    back at most 4 bytes (one UTF-8 character), so the answer depends only on the input, not on the window."""
     j = i - 1
     while j > max(0, i - 4) and 0x80 <= w[j] <= 0xBF:  # back to the lead byte
         j -= 1
@@ -267,7 +262,7 @@ def safe_cut(w: bytes, lo: int = 1) -> int:
     ``w[i]`` is ASCII whitespace and the character before it is not whitespace, so
     ``encode(w[:i]) + encode(w[i:]) == encode(w)`` (see the module docstring)."""
     for m in _CANDIDATE.finditer(w, max(lo, 1)):
-        if w[m.start() - 1] < 0x80 or _after_non_space(w, m.start()):
+        if w[m.start() - 1] < 0x80 or _non_ascii_non_space_before(w, m.start()):
             return m.start()
     return -1
 

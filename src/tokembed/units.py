@@ -42,22 +42,20 @@ class Unit:
     """One work unit: the byte spans of consecutive documents (see `tokembed.sources.plan_units`).
     Spans of plain files carry no bytes, so a unit pickles to a few hundred bytes; workers read them.
 
-    A unit is tokenized as ``parts`` tasks of about `PART_BYTES` each (`unit_parts`): each task is a
-    `Unit` with the same ``id``, its own share of the spans, and its ``part`` number.
+    A unit is tokenized as tasks of about `PART_BYTES` each (`unit_parts`): each task is a `Unit` with
+    the same ``id``, its own share of the spans, and its ``part`` number.
 
     Attributes:
         id: the unit's number (= the number of its shards).
         spans: its spans, in input order.
-        disk_bytes: input bytes read from disk for it (for progress).
+        disk_bytes: input bytes read from disk for the unit (for progress; 0 on parts).
         part: which part of the unit this is.
-        parts: how many parts the unit has.
     """
 
     id: int
     spans: list[Span]
     disk_bytes: int = 0
     part: int = 0
-    parts: int = 1
 
 
 def _input_hash(spans: Sequence[Span], datas: Sequence[bytes]) -> str:
@@ -76,8 +74,9 @@ def unit_parts(unit: Unit, config: PrepareConfig, names: dict[int, str]) -> list
     spans: list[Span] = []
     for sp in unit.spans:
         if not sp.flags & (LINES | CONT | MORE) and len(sp) > PART_BYTES and config.val_fraction > 0:
-            head = sp.data[: VAL_KEY_BYTES + 4] if sp.data is not None else read_span(Span(sp.file, sp.start, min(sp.end, sp.start + VAL_KEY_BYTES + 4)), names[sp.file])
-            if _in_val(head.decode("utf-8", "replace"), config.val_fraction):
+            n = _head_bytes()
+            head = sp.data[:n] if sp.data is not None else read_span(Span(sp.file, sp.start, min(sp.end, sp.start + n)), names[sp.file])
+            if _head_in_val(head, config.val_fraction):
                 sp = dataclasses.replace(sp, flags=sp.flags | VAL)
         spans += split_span(sp, PART_BYTES, names[sp.file])
     groups: list[list[Span]] = [[]]
@@ -88,7 +87,7 @@ def unit_parts(unit: Unit, config: PrepareConfig, names: dict[int, str]) -> list
             size = 0
         groups[-1].append(sp)
         size += len(sp)
-    return [Unit(unit.id, g, unit.disk_bytes if k == 0 else 0, k, len(groups)) for k, g in enumerate(groups)]
+    return [Unit(unit.id, g, part=k) for k, g in enumerate(groups)]
 
 
 def _unit_hash(part_hashes: Sequence[str]) -> str:
@@ -106,12 +105,11 @@ def iter_units(files: Sequence[InputFile], config: PrepareConfig, *, carry: bool
     A text document cut into pieces goes to one split as a whole: the split is decided here, once, from
     the document's first `VAL_KEY_BYTES` (the same rule the workers apply to whole documents).
     """
-    head = VAL_KEY_BYTES + 4 if config.val_fraction > 0 else 0  # + one UTF-8 character: see _in_val
     in_val = False
-    for uid, (spans, disk_bytes) in enumerate(plan_units(files, config.unit_bytes, carry=carry, head_bytes=head)):
+    for uid, (spans, disk_bytes) in enumerate(plan_units(files, config.unit_bytes, carry=carry, head_bytes=_head_bytes() if config.val_fraction > 0 else 0)):
         for sp in spans:
             if sp.head is not None:
-                in_val = _in_val(sp.head.decode("utf-8", "replace"), config.val_fraction)
+                in_val = _head_in_val(sp.head, config.val_fraction)
                 sp.head = None
             if sp.flags & (CONT | MORE) and in_val:
                 sp.flags |= VAL
@@ -133,6 +131,16 @@ def _in_val(text: str, val_fraction: float) -> bool:
     key = text[:VAL_KEY_BYTES].encode("utf-8", "surrogatepass")[:VAL_KEY_BYTES]  # (a char is >= 1 byte)
     h = int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little")
     return h < val_fraction * 2.0**64
+
+
+def _head_bytes() -> int:
+    """Raw bytes that decide the split of a document that gets cut: the key plus one UTF-8 character."""
+    return VAL_KEY_BYTES + 4
+
+
+def _head_in_val(head: bytes, val_fraction: float) -> bool:
+    """`_in_val` of a document that gets cut, from its first `_head_bytes()` raw bytes (see `_in_val`)."""
+    return _in_val(head.decode("utf-8", "replace"), val_fraction)
 
 
 def trim_heap() -> None:
