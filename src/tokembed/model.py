@@ -89,7 +89,9 @@ class GPTConfig:
         if not isinstance(self.rope_factor, (int, float)) or self.rope_factor < 1:
             raise ValueError(f"rope_factor must be >= 1, got {self.rope_factor!r}")
         if not isinstance(self.tie_embeddings, bool) or not isinstance(self.bias, bool) or not isinstance(self.document_mask, bool):
-            raise TypeError("tie_embeddings, bias and document_mask must be True or False")
+            raise TypeError(
+                f"tie_embeddings, bias and document_mask must be True or False, got {self.tie_embeddings!r}, {self.bias!r} and {self.document_mask!r}"
+            )
         if isinstance(self.eot_token, bool) or not isinstance(self.eot_token, int):
             raise TypeError(f"eot_token must be an integer token id, got {self.eot_token!r}")
         if self.document_mask and not 0 <= self.eot_token < self.vocab_size:
@@ -219,7 +221,10 @@ class GPT(nn.Module):
         doc = None
         if self.config.document_mask:
             if cache is not None or offset:
-                raise ValueError("a model with document_mask=True reads whole windows: no KVCache or offset (generate() handles this itself)")
+                raise ValueError(
+                    f"a model with document_mask=True reads whole windows: no KVCache or offset (got {'a cache' if cache is not None else f'offset={offset}'}); "
+                    "pass the whole sequence (generate() does this itself)"
+                )
             if isinstance(ids, torch.Tensor) and ids.dim() == 2:  # anything else: the embedding names the problem
                 doc = document_ids(ids, self.config.eot_token)  # (B,T)
                 if position_ids is None:
