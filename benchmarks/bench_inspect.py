@@ -127,12 +127,19 @@ def main() -> int:
     t_many = best_of(lambda: table.neighbours_many(ids, topn=10), repeats)
     t_gensim = best_of(lambda: [kv.most_similar(str(i), topn=10) for i in ids], repeats)
     t_numpy = best_of(numpy_nn, repeats)
-    for name, t in (("tokembed neighbours", t_ours), (f"tokembed neighbours_many ({len(ids)} at once)", t_many), ("gensim most_similar", t_gensim), ("numpy argsort", t_numpy)):
+    for name, t in (
+        ("tokembed neighbours", t_ours),
+        (f"tokembed neighbours_many ({len(ids)} at once)", t_many),
+        ("gensim most_similar", t_gensim),
+        ("numpy argsort", t_numpy),
+    ):
         add("neighbours, 10 of 50257 x 768", name, t / len(ids), "query")
 
     triples = [(ids[k], ids[k + 1], ids[k + 2]) for k in range(0, len(ids) - 2, 3)]
     t_ours = best_of(lambda: [table.most_similar(positive=[a, b], negative=[c]) for a, b, c in triples], repeats)
-    t_gensim = best_of(lambda: [kv.most_similar(positive=[str(a), str(b)], negative=[str(c)]) for a, b, c in triples], repeats)
+    t_gensim = best_of(
+        lambda: [kv.most_similar(positive=[str(a), str(b)], negative=[str(c)]) for a, b, c in triples], repeats
+    )
     add("analogy a + b - c", "tokembed most_similar", t_ours / len(triples), "query")
     add("analogy a + b - c", "gensim most_similar", t_gensim / len(triples), "query")
 
@@ -144,7 +151,11 @@ def main() -> int:
         t_ours = best_of(lambda: export_table(small, Path(d) / "a.txt", format="word2vec", overwrite=True), repeats)
         t_gensim = best_of(lambda: kv_small.save_word2vec_format(str(Path(d) / "b.txt"), binary=False), repeats)
         t_savetxt = best_of(lambda: np.savetxt(Path(d) / "c.txt", tokens[:export_rows].numpy(), fmt="%.9g"), repeats)
-    for name, t in (("tokembed export word2vec", t_ours), ("gensim save_word2vec_format", t_gensim), ("numpy.savetxt %.9g", t_savetxt)):
+    for name, t in (
+        ("tokembed export word2vec", t_ours),
+        ("gensim save_word2vec_format", t_gensim),
+        ("numpy.savetxt %.9g", t_savetxt),
+    ):
         add(f"word2vec text, {export_rows} x 768", name, t, "file")
 
     f = gpt2_small_file(DATA / f"gpt2-shaped-{n_layers}layers.safetensors", n_layers)
@@ -177,14 +188,18 @@ def main() -> int:
     add(task, "torch.load(.bin) (whole)", best_of(whole_torch, repeats), "file")
 
     # ratios against the first row of each task (ours)
-    print(f"\n{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, threads {torch.get_num_threads()}\n")
+    print(
+        f"\n{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__}, threads {torch.get_num_threads()}\n"
+    )
     print("| task | implementation | time | vs tokembed |")
     print("|---|---|---|---|")
     firsts = {}
     for r in rows:
         firsts.setdefault(r["task"], r["seconds"])
         r["ratio_to_tokembed"] = r["seconds"] / firsts[r["task"]]
-        print(f"| {r['task']} | {r['impl']} | {r['seconds'] * 1e3:.2f} ms / {r['per']} | {r['ratio_to_tokembed']:.2f}x |")
+        print(
+            f"| {r['task']} | {r['impl']} | {r['seconds'] * 1e3:.2f} ms / {r['per']} | {r['ratio_to_tokembed']:.2f}x |"
+        )
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     tmp = RESULTS.with_suffix(".json.tmp")
     tmp.write_text(json.dumps({"quick": args.quick, "argv": sys.argv, "rows": rows}, indent=1))

@@ -73,16 +73,15 @@ def corpus_text(path: Path, size_mb: float) -> str:
 
 
 def ensure_shards(size_mb: int) -> Path:
+    import tokembed.shards.prepare
     from corpus import build_corpus
-
-    import tokembed.prepare
 
     corpus = DATA / f"corpus-{size_mb}mb.jsonl"
     if not corpus.exists():
         build_corpus(corpus, size_mb)
     out = DATA / f"loader-shards-{size_mb}mb"
     if not (out / "manifest.json").exists():
-        tokembed.prepare.prepare_corpus([corpus], out, workers=0, progress=False)
+        tokembed.shards.prepare.prepare_corpus([corpus], out, workers=0, progress=False)
     return out
 
 
@@ -153,10 +152,10 @@ def nanogpt_rate(bin_path: Path, b: int, t: int, n_batches: int, repeats: int) -
 
 def book_rate(text: str, b: int, t: int, n_batches: int, repeats: int) -> tuple[float, int]:
     import torch
-    from book_reference import BookGPTDatasetV1
     from torch.utils.data import DataLoader
 
     import tokembed
+    from book_reference import BookGPTDatasetV1
 
     ds = BookGPTDatasetV1(text, tokembed.get_tokenizer(), t, t)
     loader = DataLoader(ds, batch_size=b, shuffle=True, drop_last=True)
@@ -198,16 +197,29 @@ def bench_shards(args) -> dict:
         copy_tps = copy_bps / 16  # tokens/s: inputs and targets, int64 each
         nano = nanogpt_rate(first_bin, b, t, min(n, 2000), args.repeats)
         book, book_n = book_rate(text, b, t, n, args.repeats)
-        rows.append({
-            "shape": f"{b} x {t}", "ours_tok_s": ours, "copy_tok_s": copy_tps, "nanogpt_tok_s": nano, "book_tok_s": book,
-            "book_batches": book_n, "vs_copy": ours / copy_tps, "vs_nanogpt": ours / nano, "vs_book": ours / book,
-        })
+        rows.append(
+            {
+                "shape": f"{b} x {t}",
+                "ours_tok_s": ours,
+                "copy_tok_s": copy_tps,
+                "nanogpt_tok_s": nano,
+                "book_tok_s": book,
+                "book_batches": book_n,
+                "vs_copy": ours / copy_tps,
+                "vs_nanogpt": ours / nano,
+                "vs_book": ours / book,
+            }
+        )
         print(f"  {b} x {t}: ours {ours / 1e6:.1f} M tok/s", file=sys.stderr)
     ours_8x1024 = rows[0]["ours_tok_s"]
     book_8x4 = rows[2]["book_tok_s"]
     return {
-        "shard_folder": str(root.relative_to(ROOT)), "tokens": train["tokens"], "documents": train["documents"],
-        "shards": len(train["shards"]), "copy_GB_s": max(copies) / 1e9, "rows": rows,
+        "shard_folder": str(root.relative_to(ROOT)),
+        "tokens": train["tokens"],
+        "documents": train["documents"],
+        "shards": len(train["shards"]),
+        "copy_GB_s": max(copies) / 1e9,
+        "rows": rows,
         "ours_8x1024_vs_book_8x4": ours_8x1024 / book_8x4,
     }
 
@@ -234,9 +246,9 @@ def dropin_worker(text_path: str, max_length: int, stride: int, iterate: bool, r
     import gc
 
     import torch
-    from book_reference import book_create_dataloader_v1
 
     import tokembed
+    from book_reference import book_create_dataloader_v1
 
     text = Path(text_path).read_text(encoding="utf-8")
     tokembed.get_tokenizer()  # load the vocabulary before measuring (both sides use it)
@@ -287,16 +299,33 @@ def bench_dropin(args) -> list[dict]:
     for label, path in (("the-verdict.txt", STORY), (f"{args.dropin_mb} MB corpus text", big)):
         for max_length, stride in ((256, 128), (4, 4)):
             iterate = (max_length, stride) == (4, 4)
-            cmd = [sys.executable, __file__, "--dropin-worker", str(path), str(max_length), str(stride), str(int(iterate)),
-                   str(args.repeats), str(args.dropin_batches)]
+            cmd = [
+                sys.executable,
+                __file__,
+                "--dropin-worker",
+                str(path),
+                str(max_length),
+                str(stride),
+                str(int(iterate)),
+                str(args.repeats),
+                str(args.dropin_batches),
+            ]
             res = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
-            row = {"text": label, "max_length": max_length, "stride": stride, **res,
-                   "construct_speedup": res["book_construct_s"] / res["ours_construct_s"],
-                   "memory_ratio": res["ours_peak_bytes"] / max(res["book_peak_bytes"], 1)}
+            row = {
+                "text": label,
+                "max_length": max_length,
+                "stride": stride,
+                **res,
+                "construct_speedup": res["book_construct_s"] / res["ours_construct_s"],
+                "memory_ratio": res["ours_peak_bytes"] / max(res["book_peak_bytes"], 1),
+            }
             if iterate:
                 row["iter_speedup"] = res["ours_tok_s"] / res["book_tok_s"]
             rows.append(row)
-            print(f"  drop-in {label} {max_length}/{stride}: {row['construct_speedup']:.1f}x construction", file=sys.stderr)
+            print(
+                f"  drop-in {label} {max_length}/{stride}: {row['construct_speedup']:.1f}x construction",
+                file=sys.stderr,
+            )
     return rows
 
 
@@ -324,7 +353,11 @@ def report(res: dict) -> str:
         "|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for r in res["dropin"]:
-        it = f"{r['ours_tok_s'] / 1e6:.2f} / {r['book_tok_s'] / 1e6:.2f} | {r['iter_speedup']:.1f}x" if "iter_speedup" in r else "- | -"
+        it = (
+            f"{r['ours_tok_s'] / 1e6:.2f} / {r['book_tok_s'] / 1e6:.2f} | {r['iter_speedup']:.1f}x"
+            if "iter_speedup" in r
+            else "- | -"
+        )
         if r["book_peak_bytes"] < 1e6:  # a few pages: below what RSS can resolve
             mem = f"{r['ours_peak_bytes'] / 1e6:.2f} / {r['book_peak_bytes'] / 1e6:.2f} | (too small to compare)"
         else:
@@ -339,7 +372,11 @@ def report(res: dict) -> str:
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--dropin-worker":
         path, max_length, stride, iterate, repeats, max_batches = sys.argv[2:8]
-        print(json.dumps(dropin_worker(path, int(max_length), int(stride), bool(int(iterate)), int(repeats), int(max_batches))))
+        print(
+            json.dumps(
+                dropin_worker(path, int(max_length), int(stride), bool(int(iterate)), int(repeats), int(max_batches))
+            )
+        )
         return
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="smaller corpus and fewer batches")
@@ -352,8 +389,11 @@ def main() -> None:
     DATA.mkdir(parents=True, exist_ok=True)
     RESULTS.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    res = {"command": " ".join([".venv/bin/python benchmarks/bench_loader.py", *sys.argv[1:]]), "cpu_count": os.cpu_count(),
-           "load_average_at_start": os.getloadavg()}
+    res = {
+        "command": " ".join([".venv/bin/python benchmarks/bench_loader.py", *sys.argv[1:]]),
+        "cpu_count": os.cpu_count(),
+        "load_average_at_start": os.getloadavg(),
+    }
     res["shards"] = bench_shards(args)
     res["dropin"] = bench_dropin(args)
     res["seconds"] = time.time() - t0

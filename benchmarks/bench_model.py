@@ -88,7 +88,9 @@ class BookGELU(nn.Module):
 class BookFeedForward(nn.Module):
     def __init__(self, cfg):
         super().__init__()
-        self.layers = nn.Sequential(nn.Linear(cfg["emb_dim"], 4 * cfg["emb_dim"]), BookGELU(), nn.Linear(4 * cfg["emb_dim"], cfg["emb_dim"]))
+        self.layers = nn.Sequential(
+            nn.Linear(cfg["emb_dim"], 4 * cfg["emb_dim"]), BookGELU(), nn.Linear(4 * cfg["emb_dim"], cfg["emb_dim"])
+        )
 
     def forward(self, x):
         return self.layers(x)
@@ -97,7 +99,9 @@ class BookFeedForward(nn.Module):
 class BookTransformerBlock(nn.Module):
     def __init__(self, cfg):
         super().__init__()
-        self.att = BookMultiHeadAttention(cfg["emb_dim"], cfg["emb_dim"], cfg["context_length"], cfg["drop_rate"], cfg["n_heads"], cfg["qkv_bias"])
+        self.att = BookMultiHeadAttention(
+            cfg["emb_dim"], cfg["emb_dim"], cfg["context_length"], cfg["drop_rate"], cfg["n_heads"], cfg["qkv_bias"]
+        )
         self.ff = BookFeedForward(cfg)
         self.norm1, self.norm2 = BookLayerNorm(cfg["emb_dim"]), BookLayerNorm(cfg["emb_dim"])
         self.drop_shortcut = nn.Dropout(cfg["drop_rate"])
@@ -136,7 +140,9 @@ def book_loss(model, inputs, targets):
 # ------------------------------------------------------------------ measurement
 
 
-def make_batches(n: int, batch_size: int, length: int, vocab: int, seed: int = 0) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def make_batches(
+    n: int, batch_size: int, length: int, vocab: int, seed: int = 0
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Windows of real text when the story is beside the repo, else random ids (speed does not depend on them)."""
     g = torch.Generator().manual_seed(seed)
     story = ROOT.parent / "shared" / "corpora" / "the-verdict.txt"
@@ -188,8 +194,17 @@ def best_seconds(runs: dict, models: dict, batches: list, *, warmup: int, rounds
 def measure(cfg: dict, *, steps: int, warmup: int, rounds: int) -> dict:
     """tokembed.GPT against the book's GPTModel on the same batches (see `best_seconds`)."""
     torch.manual_seed(0)
-    ours = GPT(GPTConfig(vocab_size=cfg["vocab_size"], context_length=cfg["context_length"], dim=cfg["emb_dim"], n_layers=cfg["n_layers"], n_heads=cfg["n_heads"],
-                         dropout=cfg["drop_rate"], positional="learned"))
+    ours = GPT(
+        GPTConfig(
+            vocab_size=cfg["vocab_size"],
+            context_length=cfg["context_length"],
+            dim=cfg["emb_dim"],
+            n_layers=cfg["n_layers"],
+            n_heads=cfg["n_heads"],
+            dropout=cfg["drop_rate"],
+            positional="learned",
+        )
+    )
     torch.manual_seed(0)
     book = BookGPTModel(cfg)
     runs = {"tokembed.GPT": make_step(ours, lambda m, x, y: m.loss(x, y)), "book GPTModel": make_step(book, book_loss)}
@@ -198,7 +213,9 @@ def measure(cfg: dict, *, steps: int, warmup: int, rounds: int) -> dict:
     tokens = steps * cfg["batch_size"] * cfg["context_length"]
     best = best_seconds(runs, models, batches, warmup=warmup, rounds=rounds)
     params = {k: sum(p.numel() for p in m.parameters()) for k, m in models.items()}
-    return {name: {"seconds": best[name], "tokens_per_s": tokens / best[name], "parameters": params[name]} for name in runs}
+    return {
+        name: {"seconds": best[name], "tokens_per_s": tokens / best[name], "parameters": params[name]} for name in runs
+    }
 
 
 def measure_document_mask(cfg: dict, positional: str, *, steps: int, warmup: int, rounds: int) -> dict:
@@ -207,21 +224,63 @@ def measure_document_mask(cfg: dict, positional: str, *, steps: int, warmup: int
     models, runs = {}, {}
     for mask in (False, True):
         torch.manual_seed(0)
-        m = GPT(GPTConfig(vocab_size=cfg["vocab_size"], context_length=cfg["context_length"], dim=cfg["emb_dim"], n_layers=cfg["n_layers"], n_heads=cfg["n_heads"],
-                          dropout=cfg["drop_rate"], positional=positional, document_mask=mask))
+        m = GPT(
+            GPTConfig(
+                vocab_size=cfg["vocab_size"],
+                context_length=cfg["context_length"],
+                dim=cfg["emb_dim"],
+                n_layers=cfg["n_layers"],
+                n_heads=cfg["n_heads"],
+                dropout=cfg["drop_rate"],
+                positional=positional,
+                document_mask=mask,
+            )
+        )
         models[mask], runs[mask] = m, make_step(m, lambda m, x, y: m.loss(x, y))
     batches = make_batches(steps, cfg["batch_size"], cfg["context_length"], cfg["vocab_size"])
     for x, _ in batches:
         x[:, 99::100] = 50256  # <|endoftext|>
     tokens = steps * cfg["batch_size"] * cfg["context_length"]
     best = best_seconds(runs, models, batches, warmup=warmup, rounds=rounds)
-    return {"positional": positional, "without_tokens_per_s": tokens / best[False], "with_tokens_per_s": tokens / best[True], "ratio": best[False] / best[True]}
+    return {
+        "positional": positional,
+        "without_tokens_per_s": tokens / best[False],
+        "with_tokens_per_s": tokens / best[True],
+        "ratio": best[False] / best[True],
+    }
 
 
 CONFIGS = {
-    "tiny (tokembed train default)": dict(vocab_size=50257, context_length=64, emb_dim=64, n_layers=2, n_heads=4, drop_rate=0.0, qkv_bias=False, batch_size=8),
-    "small, context 256, the book's dropout": dict(vocab_size=50257, context_length=256, emb_dim=256, n_layers=4, n_heads=4, drop_rate=0.1, qkv_bias=False, batch_size=8),
-    "small, context 256, no dropout": dict(vocab_size=50257, context_length=256, emb_dim=256, n_layers=4, n_heads=4, drop_rate=0.0, qkv_bias=False, batch_size=8),
+    "tiny (tokembed train default)": dict(
+        vocab_size=50257,
+        context_length=64,
+        emb_dim=64,
+        n_layers=2,
+        n_heads=4,
+        drop_rate=0.0,
+        qkv_bias=False,
+        batch_size=8,
+    ),
+    "small, context 256, the book's dropout": dict(
+        vocab_size=50257,
+        context_length=256,
+        emb_dim=256,
+        n_layers=4,
+        n_heads=4,
+        drop_rate=0.1,
+        qkv_bias=False,
+        batch_size=8,
+    ),
+    "small, context 256, no dropout": dict(
+        vocab_size=50257,
+        context_length=256,
+        emb_dim=256,
+        n_layers=4,
+        n_heads=4,
+        drop_rate=0.0,
+        qkv_bias=False,
+        batch_size=8,
+    ),
 }
 
 
@@ -230,7 +289,9 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="one small configuration, few steps")
     ap.add_argument("--steps", type=int, default=None)
     ap.add_argument("--rounds", type=int, default=None)
-    ap.add_argument("--document-mask-only", action="store_true", help="only the cost of document_mask (small config, three schemes)")
+    ap.add_argument(
+        "--document-mask-only", action="store_true", help="only the cost of document_mask (small config, three schemes)"
+    )
     args = ap.parse_args()
     configs = {"tiny (tokembed train default)": CONFIGS["tiny (tokembed train default)"]} if args.quick else CONFIGS
     steps = args.steps or (3 if args.quick else 8)
@@ -240,16 +301,29 @@ def main() -> None:
         r = measure(cfg, steps=steps, warmup=1 if args.quick else 2, rounds=rounds)
         ratio = r["tokembed.GPT"]["tokens_per_s"] / r["book GPTModel"]["tokens_per_s"]
         results.append({"config": label, **{k: v for k, v in cfg.items()}, "results": r, "ratio": ratio})
-    lines = [f"torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.processor() or platform.machine()}; best of {rounds} rounds of {steps} training steps"]
+    lines = [
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.processor() or platform.machine()}; best of {rounds} rounds of {steps} training steps"
+    ]
     if results:
-        lines += ["", "| configuration | B x T | dim / layers / heads / dropout | book GPTModel tok/s | tokembed.GPT tok/s | ratio |", "|---|---|---|---:|---:|---:|"]
+        lines += [
+            "",
+            "| configuration | B x T | dim / layers / heads / dropout | book GPTModel tok/s | tokembed.GPT tok/s | ratio |",
+            "|---|---|---|---:|---:|---:|",
+        ]
     for r in results:
         lines.append(
             f"| {r['config']} | {r['batch_size']} x {r['context_length']} | {r['emb_dim']} / {r['n_layers']} / {r['n_heads']} / {r['drop_rate']} | "
             f"{r['results']['book GPTModel']['tokens_per_s']:,.0f} | {r['results']['tokembed.GPT']['tokens_per_s']:,.0f} | {r['ratio']:.2f}x |"
         )
     mask_cfg = CONFIGS["small, context 256, no dropout"]
-    masks = [] if args.quick else [measure_document_mask(mask_cfg, pos, steps=steps, warmup=2, rounds=rounds) for pos in ("learned", "rope", "alibi")]
+    masks = (
+        []
+        if args.quick
+        else [
+            measure_document_mask(mask_cfg, pos, steps=steps, warmup=2, rounds=rounds)
+            for pos in ("learned", "rope", "alibi")
+        ]
+    )
     if masks:
         lines += [
             "",
@@ -257,15 +331,33 @@ def main() -> None:
             "",
             "| positional | without tok/s | with tok/s | with / without |",
             "|---|---:|---:|---:|",
-            *[f"| {m['positional']} | {m['without_tokens_per_s']:,.0f} | {m['with_tokens_per_s']:,.0f} | {m['ratio']:.2f}x |" for m in masks],
+            *[
+                f"| {m['positional']} | {m['without_tokens_per_s']:,.0f} | {m['with_tokens_per_s']:,.0f} | {m['ratio']:.2f}x |"
+                for m in masks
+            ],
         ]
     print("\n".join(lines))
-    name = "model-quick.json" if args.quick else ("model-document-mask.json" if args.document_mask_only else "model.json")
+    name = (
+        "model-quick.json" if args.quick else ("model-document-mask.json" if args.document_mask_only else "model.json")
+    )
     out = ROOT / "benchmarks" / "results" / name  # a quick or partial run never replaces the full one
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps({"command": " ".join(["benchmarks/bench_model.py", *sys.argv[1:]]), "torch": torch.__version__, "threads": torch.get_num_threads(),
-                               "steps": steps, "rounds": rounds, "results": results, "document_mask": masks}, indent=1) + "\n")
+    tmp.write_text(
+        json.dumps(
+            {
+                "command": " ".join(["benchmarks/bench_model.py", *sys.argv[1:]]),
+                "torch": torch.__version__,
+                "threads": torch.get_num_threads(),
+                "steps": steps,
+                "rounds": rounds,
+                "results": results,
+                "document_mask": masks,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
     os.replace(tmp, out)
 
 

@@ -36,7 +36,6 @@ sys.path.insert(0, str(HERE))
 
 from corpus import build_corpus  # noqa: E402
 
-
 # ----------------------------------------------------------------------------------------------- memory sampling
 
 
@@ -141,7 +140,7 @@ def huge_text(size_mb: int, copies: int) -> tuple[Path, Path]:
 
 # ----------------------------------------------------------------------------------------------- runs
 
-BOOK = r'''
+BOOK = r"""
 import json, sys, time, torch
 from torch.utils.data import DataLoader, Dataset
 import tokembed
@@ -171,19 +170,19 @@ tokembed.get_tokenizer("gpt2")
 t0 = time.perf_counter()
 loader = create_dataloader_v1(txt, batch_size=8, max_length=256, stride=256)
 print(json.dumps({"construct_seconds": time.perf_counter() - t0, "windows": len(loader.dataset), "batches": len(loader)}))
-'''
+"""
 
 
-PREPARE = r'''
+PREPARE = r"""
 import json, sys, time
-from tokembed.prepare import prepare_corpus
+from tokembed.shards.prepare import prepare_corpus
 t0 = time.perf_counter()
 r = prepare_corpus([sys.argv[1]], sys.argv[2], workers=int(sys.argv[3]), progress=False)
 print(json.dumps({"prepare_seconds": time.perf_counter() - t0}))
-'''
+"""
 
 
-THREADS = r'''
+THREADS = r"""
 import json, sys, time
 import tokembed
 enc = tokembed.get_tokenizer("gpt2")
@@ -196,10 +195,10 @@ for rep in range(int(sys.argv[2])):
         tokens = sum(map(len, enc.encode_ordinary_batch(docs, num_threads=n)))
         out[n] = max(out.get(n, 0), tokens / (time.perf_counter() - t0))
 print(json.dumps({"threads_1_tokens_per_s": out[1], "threads_2_tokens_per_s": out[2]}))
-'''
+"""
 
 
-CEILING = r'''
+CEILING = r"""
 import json, multiprocessing as mp, sys, time
 import tokembed
 enc = tokembed.get_tokenizer("gpt2")
@@ -220,7 +219,7 @@ if __name__ == "__main__":
         for p in ps: p.join()
         out[n] = time.perf_counter() - t0
     print(json.dumps({"seconds_1": out[1], "seconds_2": out[2], "speedup": out[1] / out[2]}))
-'''
+"""
 
 
 def ceiling(base: Path, n_docs: int = 8000) -> dict:
@@ -249,7 +248,9 @@ def prepare(inp: Path, out: Path, workers: int) -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="benchmark tokembed prepare")
     ap.add_argument("--quick", action="store_true", help="20 MB and 200 MB instead of 100 MB and 1 GB")
-    ap.add_argument("--repeats", type=int, default=5, help="runs per worker count (best kept; the median of the pairs is shown too)")
+    ap.add_argument(
+        "--repeats", type=int, default=5, help="runs per worker count (best kept; the median of the pairs is shown too)"
+    )
     ap.add_argument("--no-book", action="store_true", help="skip the book's create_dataloader_v1 baseline")
     ap.add_argument("--no-big", action="store_true", help="skip the 10x input (and the memory ratio): throughput only")
     ap.add_argument("--no-threads", action="store_true", help="skip tiktoken's own thread pool baseline")
@@ -261,59 +262,89 @@ def main(argv: list[str] | None = None) -> int:
     big = None if args.no_big else big_input(base, 10)
     work = DATA / "bench-out"
     big_mb = sum(p.stat().st_size for p in big.glob("*.jsonl")) / 1e6 if big else 0
-    print(f"inputs: {base} ({base.stat().st_size / 1e6:.0f} MB), {big} ({big_mb:.0f} MB); {os.cpu_count()} CPUs, load {load0:.1f}", file=sys.stderr)
+    print(
+        f"inputs: {base} ({base.stat().st_size / 1e6:.0f} MB), {big} ({big_mb:.0f} MB); {os.cpu_count()} CPUs, load {load0:.1f}",
+        file=sys.stderr,
+    )
 
     runs: dict[str, list[dict]] = {"w1": [], "w2": []}
     ceilings = []
     for rep in range(args.repeats):
         ceilings.append(ceiling(base))
-        print(f"  machine ceiling now: 2 plain processes tokenize {ceilings[-1]['speedup']:.2f}x faster than 1", file=sys.stderr)
+        print(
+            f"  machine ceiling now: 2 plain processes tokenize {ceilings[-1]['speedup']:.2f}x faster than 1",
+            file=sys.stderr,
+        )
         for w in (1, 2):
             r = prepare(base, work, w)
             runs[f"w{w}"].append(r)
-            print(f"  {size} MB, {w} worker(s), run {rep + 1}: {r['prepare_seconds']:.1f} s, {r['tokens_per_s']:,.0f} tokens/s, peak {r['peak_mb']:.0f} MB", file=sys.stderr)
+            print(
+                f"  {size} MB, {w} worker(s), run {rep + 1}: {r['prepare_seconds']:.1f} s, {r['tokens_per_s']:,.0f} tokens/s, peak {r['peak_mb']:.0f} MB",
+                file=sys.stderr,
+            )
     best = {k: min(v, key=lambda r: r["prepare_seconds"]) for k, v in runs.items()}
     threads = None
     if not args.no_threads:  # the alternative: one process, tiktoken's Rust thread pool (encode_ordinary_batch)
         threads = json.loads(run_measured([sys.executable, "-c", THREADS, str(base), str(args.repeats)])["stdout"])
-        print(f"  tiktoken encode_ordinary_batch: 1 thread {threads['threads_1_tokens_per_s']:,.0f}, 2 threads {threads['threads_2_tokens_per_s']:,.0f} tokens/s", file=sys.stderr)
+        print(
+            f"  tiktoken encode_ordinary_batch: 1 thread {threads['threads_1_tokens_per_s']:,.0f}, 2 threads {threads['threads_2_tokens_per_s']:,.0f} tokens/s",
+            file=sys.stderr,
+        )
     r_big = None
     if big is not None:
         r_big = prepare(big, work, 2)
-        print(f"  {r_big['input_mb']:.0f} MB, 2 workers: {r_big['prepare_seconds']:.1f} s, peak {r_big['peak_mb']:.0f} MB", file=sys.stderr)
+        print(
+            f"  {r_big['input_mb']:.0f} MB, 2 workers: {r_big['prepare_seconds']:.1f} s, peak {r_big['peak_mb']:.0f} MB",
+            file=sys.stderr,
+        )
     huge = None
     if not (args.no_big or args.no_huge_text):  # one document of 100 MB vs 1 GB: cut into pieces, streamed
         small_txt, big_txt = huge_text(size, 10)
         huge = {"base": prepare(small_txt, work, 2), "big": prepare(big_txt, work, 2)}
-        for k, r in huge.items():
-            print(f"  one {r['input_mb']:.0f} MB text document, 2 workers: {r['prepare_seconds']:.1f} s, peak {r['peak_mb']:.0f} MB", file=sys.stderr)
+        for _k, r in huge.items():
+            print(
+                f"  one {r['input_mb']:.0f} MB text document, 2 workers: {r['prepare_seconds']:.1f} s, peak {r['peak_mb']:.0f} MB",
+                file=sys.stderr,
+            )
     book = None
     if not args.no_book:
         book = run_measured([sys.executable, "-c", BOOK, str(base)])
         book.update(json.loads(book.pop("stdout")))
         del book["stderr"]
-        print(f"  book create_dataloader_v1 on {size} MB: {book['construct_seconds']:.1f} s, peak {book['peak_mb']:.0f} MB", file=sys.stderr)
+        print(
+            f"  book create_dataloader_v1 on {size} MB: {book['construct_seconds']:.1f} s, peak {book['peak_mb']:.0f} MB",
+            file=sys.stderr,
+        )
 
     speedup = best["w2"]["tokens_per_s"] / best["w1"]["tokens_per_s"]
     # Each repeat runs 1 then 2 workers back to back: the median of those pairs shows the spread that the
     # best-of ratio hides on a shared machine.
     pairs = sorted(b["tokens_per_s"] / a["tokens_per_s"] for a, b in zip(runs["w1"], runs["w2"]))
-    pair_median = pairs[len(pairs) // 2] if len(pairs) % 2 else (pairs[len(pairs) // 2 - 1] + pairs[len(pairs) // 2]) / 2
+    pair_median = (
+        pairs[len(pairs) // 2] if len(pairs) % 2 else (pairs[len(pairs) // 2 - 1] + pairs[len(pairs) // 2]) / 2
+    )
     ceiling_best = max(c["speedup"] for c in ceilings)
     mem_ratio = r_big["peak_mb"] / best["w2"]["peak_mb"] if r_big else None
     rows = [("prepare, 1 worker", base, best["w1"]), ("prepare, 2 workers", base, best["w2"])]
     if r_big:
         rows.append(("prepare, 2 workers", big, r_big))
     if huge:
-        rows += [("prepare one text document, 2 workers", None, huge["base"]), ("prepare one text document, 2 workers", None, huge["big"])]
+        rows += [
+            ("prepare one text document, 2 workers", None, huge["base"]),
+            ("prepare one text document, 2 workers", None, huge["big"]),
+        ]
     lines = [
         "| run | input | time (s) | tokens/s | CPU time, whole process (s) | peak memory (MB) |",
         "|---|---|---:|---:|---:|---:|",
     ]
-    for name, inp, r in rows:
-        lines.append(f"| {name} | {r['input_mb']:.0f} MB | {r['prepare_seconds']:.1f} | {r['tokens_per_s']:,.0f} | {r['cpu_seconds']:.1f} | {r['peak_mb']:.0f} |")
+    for name, _inp, r in rows:
+        lines.append(
+            f"| {name} | {r['input_mb']:.0f} MB | {r['prepare_seconds']:.1f} | {r['tokens_per_s']:,.0f} | {r['cpu_seconds']:.1f} | {r['peak_mb']:.0f} |"
+        )
     if book:
-        lines.append(f"| book `create_dataloader_v1` (construction) | {best['w1']['input_mb']:.0f} MB | {book['construct_seconds']:.1f} | {best['w1']['tokens'] / book['construct_seconds']:,.0f} | {book['cpu_seconds']:.1f} | {book['peak_mb']:.0f} |")
+        lines.append(
+            f"| book `create_dataloader_v1` (construction) | {best['w1']['input_mb']:.0f} MB | {book['construct_seconds']:.1f} | {best['w1']['tokens'] / book['construct_seconds']:,.0f} | {book['cpu_seconds']:.1f} | {book['peak_mb']:.0f} |"
+        )
     lines += [
         "",
         "| ratio | value | goal |",
@@ -321,34 +352,76 @@ def main(argv: list[str] | None = None) -> int:
         f"| throughput, 2 workers / 1 worker ({size} MB), best of {len(pairs)} each | {speedup:.2f}x | >= 1.8x |",
         f"| the same, median of the {len(pairs)} back-to-back pairs (range {pairs[0]:.2f}x-{pairs[-1]:.2f}x) | {pair_median:.2f}x | |",
         f"| machine ceiling in this run: 2 plain processes / 1, pure tokenizing (best of {len(ceilings)}) | {ceiling_best:.2f}x | ~2x on an idle 2-core machine |",
-        *([f"| throughput, tiktoken's thread pool, 2 threads / 1 thread ({size} MB, tokenizing only) | {threads['threads_2_tokens_per_s'] / threads['threads_1_tokens_per_s']:.2f}x | (for comparison) |"] if threads else []),
+        *(
+            [
+                f"| throughput, tiktoken's thread pool, 2 threads / 1 thread ({size} MB, tokenizing only) | {threads['threads_2_tokens_per_s'] / threads['threads_1_tokens_per_s']:.2f}x | (for comparison) |"
+            ]
+            if threads
+            else []
+        ),
         f"| CPU time, 2 workers / 1 worker ({size} MB): the work parallelism adds | {best['w2']['cpu_seconds'] / best['w1']['cpu_seconds']:.2f}x | ~1.0x |",
     ]
     if r_big:
-        lines.append(f"| peak memory, {r_big['input_mb']:.0f} MB / {best['w2']['input_mb']:.0f} MB input (2 workers) | {mem_ratio:.2f}x | <= 1.2x |")
+        lines.append(
+            f"| peak memory, {r_big['input_mb']:.0f} MB / {best['w2']['input_mb']:.0f} MB input (2 workers) | {mem_ratio:.2f}x | <= 1.2x |"
+        )
     huge_ratio = huge["big"]["peak_mb"] / huge["base"]["peak_mb"] if huge else None
     if huge:
-        lines.append(f"| peak memory, one {huge['big']['input_mb']:.0f} MB / one {huge['base']['input_mb']:.0f} MB text document (2 workers) | {huge_ratio:.2f}x | <= 1.2x |")
+        lines.append(
+            f"| peak memory, one {huge['big']['input_mb']:.0f} MB / one {huge['base']['input_mb']:.0f} MB text document (2 workers) | {huge_ratio:.2f}x | <= 1.2x |"
+        )
     if book:
         lines += [
             f"| time, book construction / prepare with 2 workers ({size} MB) | {book['construct_seconds'] / best['w2']['prepare_seconds']:.2f}x | |",
             f"| peak memory, book construction / prepare with 2 workers ({size} MB) | {book['peak_mb'] / best['w2']['peak_mb']:.2f}x | |",
         ]
-    lines.append(f"\n{os.cpu_count()} CPUs; load average {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end (a load above the CPU count means other work shared the cores).")
+    lines.append(
+        f"\n{os.cpu_count()} CPUs; load average {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end (a load above the CPU count means other work shared the cores)."
+    )
     table = "\n".join(lines)
     print(table)
     RESULTS.mkdir(parents=True, exist_ok=True)
     result = {
         "command": "benchmarks/bench_prepare.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "machine": {"cpus": os.cpu_count(), "load_at_start": load0, "load_at_end": os.getloadavg()[0], "platform": sys.platform},
-        "runs": {"workers_1": runs["w1"], "workers_2": runs["w2"], "big_workers_2": r_big, "one_document_workers_2": huge, "book_create_dataloader_v1": book, "tiktoken_threads": threads},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "load_at_start": load0,
+            "load_at_end": os.getloadavg()[0],
+            "platform": sys.platform,
+        },
+        "runs": {
+            "workers_1": runs["w1"],
+            "workers_2": runs["w2"],
+            "big_workers_2": r_big,
+            "one_document_workers_2": huge,
+            "book_create_dataloader_v1": book,
+            "tiktoken_threads": threads,
+        },
         "ceilings": ceilings,
-        "ratios": {"speedup_2_over_1": speedup, "speedup_pairs": pairs, "speedup_pair_median": pair_median, "machine_ceiling_2_over_1": ceiling_best, "peak_big_over_base": mem_ratio, "peak_one_document_big_over_base": huge_ratio,
-                   **({"book_time_over_prepare_2w": book["construct_seconds"] / best["w2"]["prepare_seconds"], "book_peak_over_prepare_2w": book["peak_mb"] / best["w2"]["peak_mb"]} if book else {})},
+        "ratios": {
+            "speedup_2_over_1": speedup,
+            "speedup_pairs": pairs,
+            "speedup_pair_median": pair_median,
+            "machine_ceiling_2_over_1": ceiling_best,
+            "peak_big_over_base": mem_ratio,
+            "peak_one_document_big_over_base": huge_ratio,
+            **(
+                {
+                    "book_time_over_prepare_2w": book["construct_seconds"] / best["w2"]["prepare_seconds"],
+                    "book_peak_over_prepare_2w": book["peak_mb"] / best["w2"]["peak_mb"],
+                }
+                if book
+                else {}
+            ),
+        },
         "table": table,
     }
     # The full benchmark owns prepare.json; partial runs do not overwrite it.
-    name = "prepare.json" if not (args.quick or args.no_big or args.no_book or args.no_threads or args.no_huge_text) else "prepare-partial.json"
+    name = (
+        "prepare.json"
+        if not (args.quick or args.no_big or args.no_book or args.no_threads or args.no_huge_text)
+        else "prepare-partial.json"
+    )
     tmp = RESULTS / f"{name}.tmp"
     tmp.write_text(json.dumps(result, indent=2) + "\n")
     os.replace(tmp, RESULTS / name)

@@ -126,7 +126,9 @@ def sources(*, max_chars: int = 32_000) -> Iterator[tuple[str, str]]:
         yield item
 
 
-def build_corpus(out_path: str | os.PathLike, size_mb: float, *, seed: int = 0, max_unique_mb: float | None = None) -> Path:
+def build_corpus(
+    out_path: str | os.PathLike, size_mb: float, *, seed: int = 0, max_unique_mb: float | None = None
+) -> Path:
     """Write about ``size_mb`` MB of offline text documents to ``out_path`` (``.jsonl`` or ``.txt``).
 
     Args:

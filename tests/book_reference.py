@@ -28,7 +28,9 @@ class BookGPTDatasetV1(Dataset):
         return self.input_ids[idx], self.target_ids[idx]
 
 
-def book_create_dataloader_v1(txt, batch_size=4, max_length=256, stride=128, shuffle=True, drop_last=True, num_workers=0):
+def book_create_dataloader_v1(
+    txt, batch_size=4, max_length=256, stride=128, shuffle=True, drop_last=True, num_workers=0
+):
     tokenizer = tokembed.get_tokenizer("gpt2")
     dataset = BookGPTDatasetV1(txt, tokenizer, max_length, stride)
     return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, drop_last=drop_last, num_workers=num_workers)

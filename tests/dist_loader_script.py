@@ -12,7 +12,7 @@ from pathlib import Path
 import torch.distributed as dist
 
 import tokembed
-from tokembed.loader import resolve_rank
+from tokembed.data.loader import resolve_rank
 
 EOT = 50256
 
@@ -37,7 +37,14 @@ def main() -> None:
     b = tokembed.create_dataloader(root, **kw)
     b.load_state_dict(a.state_dict())
     resumed = starts(head) + starts(b)
-    record = {"rank": rank, "world": world, "loader_rank": loader.rank, "len": len(loader), "epoch": epoch, "resumed": resumed}
+    record = {
+        "rank": rank,
+        "world": world,
+        "loader_rank": loader.rank,
+        "len": len(loader),
+        "epoch": epoch,
+        "resumed": resumed,
+    }
     (out / f"rank{rank}.json").write_text(json.dumps(record))
     dist.barrier()
     dist.destroy_process_group()

@@ -21,11 +21,24 @@ def _manifest(root: Path, infos: list[dict], *, split: str, eot: int, version: i
     from tokembed.tokenizer import get_tokenizer, tokenizer_hash
 
     manifest = {
-        "format": "tokembed-shards", "version": version,
-        "tokenizer": {"name": "gpt2", "n_vocab": 50257, "eot_token": eot, "hash": tokenizer_hash(get_tokenizer("gpt2"))},
+        "format": "tokembed-shards",
+        "version": version,
+        "tokenizer": {
+            "name": "gpt2",
+            "n_vocab": 50257,
+            "eot_token": eot,
+            "hash": tokenizer_hash(get_tokenizer("gpt2")),
+        },
         "dtype": "uint16",
-        "splits": {split: {"tokens": sum(x["n_tokens"] for x in infos), "documents": sum(x["n_documents"] for x in infos), "shards": infos}},
-        "inputs": [], "config": {},
+        "splits": {
+            split: {
+                "tokens": sum(x["n_tokens"] for x in infos),
+                "documents": sum(x["n_documents"] for x in infos),
+                "shards": infos,
+            }
+        },
+        "inputs": [],
+        "config": {},
     }
     (root / "manifest.json").write_text(json.dumps(manifest))
 
@@ -35,13 +48,19 @@ def _write_shard(root: Path, split: str, i: int, toks: np.ndarray, idx: np.ndarr
     (root / split / f"{i:05d}.bin").write_bytes(tb)
     (root / split / f"{i:05d}.idx").write_bytes(ib)
     return {
-        "tokens": f"{split}/{i:05d}.bin", "index": f"{split}/{i:05d}.idx", "n_tokens": len(toks),
-        "n_documents": len(idx), "bytes": len(tb), "sha256": hashlib.sha256(tb).hexdigest(),
+        "tokens": f"{split}/{i:05d}.bin",
+        "index": f"{split}/{i:05d}.idx",
+        "n_tokens": len(toks),
+        "n_documents": len(idx),
+        "bytes": len(tb),
+        "sha256": hashlib.sha256(tb).hexdigest(),
         "index_sha256": hashlib.sha256(ib).hexdigest(),
     }
 
 
-def write_cut_stream(root: Path, docs: list[list[int]], cuts: list[int], *, split: str = "train", eot: int = EOT) -> tuple[np.ndarray, np.ndarray]:
+def write_cut_stream(
+    root: Path, docs: list[list[int]], cuts: list[int], *, split: str = "train", eot: int = EOT
+) -> tuple[np.ndarray, np.ndarray]:
     """Write ``docs`` (each without its separator) as one stream cut into shards at the token offsets
     ``cuts`` (increasing, inside the stream), wherever they fall: inside documents too (format version 2).
 
@@ -71,7 +90,11 @@ def write_shards(root: Path, shards: list[list[np.ndarray]], *, split: str = "tr
     (root / split).mkdir(parents=True, exist_ok=True)
     infos, stream = [], []
     for i, docs in enumerate(shards):
-        toks = np.concatenate([np.append(np.asarray(d, dtype=np.int64), eot) for d in docs]) if docs else np.zeros(0, np.int64)
+        toks = (
+            np.concatenate([np.append(np.asarray(d, dtype=np.int64), eot) for d in docs])
+            if docs
+            else np.zeros(0, np.int64)
+        )
         lengths = [len(d) + 1 for d in docs]
         idx = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype("<i8") if docs else np.zeros(0, "<i8")
         infos.append(_write_shard(root, split, i, toks, idx))

@@ -36,14 +36,27 @@ def write_checkpoint(
     """A checkpoint directory in the layout `tokembed train` writes (config.json, model.safetensors, log.json)."""
     path.mkdir(parents=True)
     dim = tokens.shape[1]
-    state = {"embed.token.weight": tokens.contiguous(), "blocks.0.attn.qkv.weight": torch.randn(3 * dim, dim), "norm.weight": torch.ones(dim)}
+    state = {
+        "embed.token.weight": tokens.contiguous(),
+        "blocks.0.attn.qkv.weight": torch.randn(3 * dim, dim),
+        "norm.weight": torch.ones(dim),
+    }
     if positional == "learned":
         state["embed.position.weight"] = positions if positions is not None else torch.randn(context_length, dim)
     save_file(state, str(path / "model.safetensors"), metadata={"format": "pt"})
     config = {
         "format": "tokembed-checkpoint",
         "version": 1,
-        "model": {"vocab_size": tokens.shape[0], "context_length": context_length, "dim": dim, "n_layers": 1, "n_heads": 2, "dropout": 0.0, "positional": positional, "tie_embeddings": True},
+        "model": {
+            "vocab_size": tokens.shape[0],
+            "context_length": context_length,
+            "dim": dim,
+            "n_layers": 1,
+            "n_heads": 2,
+            "dropout": 0.0,
+            "positional": positional,
+            "tie_embeddings": True,
+        },
         "tokenizer": "gpt2",
         "train": {"data": data, "batch_size": 4, "lr": 4e-4},
         "step": 120,
@@ -51,7 +64,10 @@ def write_checkpoint(
     }
     (path / "config.json").write_text(json.dumps(config))
     if log:
-        train = [{"step": s, "tokens": 512 * s, "loss": 10.0 * 0.97**s, "lr": 4e-4, "tokens_per_s": 1000.0} for s in range(1, 121)]
+        train = [
+            {"step": s, "tokens": 512 * s, "loss": 10.0 * 0.97**s, "lr": 4e-4, "tokens_per_s": 1000.0}
+            for s in range(1, 121)
+        ]
         val = [{"step": s, "loss": 10.5 * 0.97**s} for s in range(20, 121, 20)]
         (path / "log.json").write_text(json.dumps({"train": train, "val": val}))
     return path

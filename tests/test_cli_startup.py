@@ -44,7 +44,9 @@ def run_child(tmp_path: Path, code: str, *argv: str) -> tuple[subprocess.Complet
     """Run `code` in a new interpreter; return the finished process and the modules it imported."""
     modules_file = tmp_path / "modules.json"
     modules_file.unlink(missing_ok=True)
-    proc = subprocess.run([sys.executable, "-c", code, str(modules_file), *argv], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(modules_file), *argv], capture_output=True, text=True, timeout=120
+    )
     if not modules_file.exists():
         pytest.fail(f"the child wrote no module list (exit {proc.returncode}):\n{proc.stderr}")
     return proc, json.loads(modules_file.read_text())
@@ -71,11 +73,15 @@ def test_building_the_parser_imports_no_torch(tmp_path):
     assert "torch" not in modules  # ...without importing torch
 
 
-@pytest.mark.parametrize("argv, out", [
-    (["--version"], "tokembed 0.1.0"),
-    (["--help"], "usage: tokembed"),
-    (["prepare", "--help"], "usage: tokembed prepare"),
-], ids=["version", "help", "prepare-help"])
+@pytest.mark.parametrize(
+    "argv, out",
+    [
+        (["--version"], "tokembed 0.1.0"),
+        (["--help"], "usage: tokembed"),
+        (["prepare", "--help"], "usage: tokembed prepare"),
+    ],
+    ids=["version", "help", "prepare-help"],
+)
 def test_version_and_help_import_no_torch(tmp_path, argv, out):
     proc, modules = run_child(tmp_path, RUN_MAIN, *argv)
     assert proc.returncode == 0, proc.stderr
@@ -86,7 +92,9 @@ def test_version_and_help_import_no_torch(tmp_path, argv, out):
 def test_check_imports_no_torch(tmp_path, shards):
     proc, modules = run_child(tmp_path, RUN_MAIN, "check", str(shards))
     assert proc.returncode == 0, proc.stderr
-    assert re.fullmatch(rf"{re.escape(str(shards))}: OK \(train: 1 shards, [\d,]+ tokens, val: 0 shards, 0 tokens\)\n", proc.stdout)
+    assert re.fullmatch(
+        rf"{re.escape(str(shards))}: OK \(train: 1 shards, [\d,]+ tokens, val: 0 shards, 0 tokens\)\n", proc.stdout
+    )
     assert "torch" not in modules
 
 
@@ -99,12 +107,29 @@ def test_stats_imports_no_torch(tmp_path, shards):
 def test_prepare_on_two_ranks_and_merge_import_no_torch(tmp_path, text_file):
     out = tmp_path / "corpus"
     for rank in ("0", "1"):
-        proc, modules = run_child(tmp_path, RUN_MAIN, "prepare", str(text_file), "--out", str(out), "--rank", rank, "--world-size", "2", "--workers", "1", "-q")
+        proc, modules = run_child(
+            tmp_path,
+            RUN_MAIN,
+            "prepare",
+            str(text_file),
+            "--out",
+            str(out),
+            "--rank",
+            rank,
+            "--world-size",
+            "2",
+            "--workers",
+            "1",
+            "-q",
+        )
         assert proc.returncode == 0, proc.stderr
         assert "torch" not in modules
     proc, modules = run_child(tmp_path, RUN_MAIN, "merge", str(out))
     assert proc.returncode == 0, proc.stderr
-    assert re.fullmatch(rf"{re.escape(str(out))}: merged \(train: 1 documents, [\d,]+ tokens, val: 0 documents, 0 tokens\)\n", proc.stderr)
+    assert re.fullmatch(
+        rf"{re.escape(str(out))}: merged \(train: 1 documents, [\d,]+ tokens, val: 0 documents, 0 tokens\)\n",
+        proc.stderr,
+    )
     assert "torch" not in modules
 
 
@@ -122,7 +147,9 @@ def test_a_missing_folder_is_one_line_and_exit_2(tmp_path, command, message):
     missing = tmp_path / "nonexistent"
     proc, modules = run_child(tmp_path, RUN_MAIN, command, str(missing))
     assert proc.returncode == 2
-    assert re.fullmatch(f"tokembed {command}: error: " + message.format(missing=re.escape(str(missing))) + "\n", proc.stderr)
+    assert re.fullmatch(
+        f"tokembed {command}: error: " + message.format(missing=re.escape(str(missing))) + "\n", proc.stderr
+    )
     assert proc.stdout == ""
     assert "torch" not in modules
 
@@ -132,7 +159,10 @@ def test_check_of_a_missing_folder_reports_it_as_the_problem(tmp_path):
     missing = tmp_path / "nonexistent"
     proc, modules = run_child(tmp_path, RUN_MAIN, "check", str(missing))
     assert proc.returncode == 1
-    assert re.fullmatch(rf"DAMAGED: shard folder {re.escape(str(missing))} does not exist; create it with `tokembed prepare .*`\n", proc.stdout)
+    assert re.fullmatch(
+        rf"DAMAGED: shard folder {re.escape(str(missing))} does not exist; create it with `tokembed prepare .*`\n",
+        proc.stdout,
+    )
     assert proc.stderr == f"{missing}: 1 problem(s)\n"
     assert "torch" not in modules
 
@@ -148,7 +178,11 @@ def test_scheme_names_in_help_and_errors_are_the_registrys(capsys):
     assert f"(default all: {','.join(POSITIONAL_NAMES)})" in " ".join(capsys.readouterr().out.split())
     with pytest.raises(SystemExit):
         main(["train", "--help"])
-    assert f"positional scheme: {', '.join(POSITIONAL_NAMES)} (default learned)" in " ".join(capsys.readouterr().out.split())
+    assert f"positional scheme: {', '.join(POSITIONAL_NAMES)} (default learned)" in " ".join(
+        capsys.readouterr().out.split()
+    )
     with pytest.raises(SystemExit):
         main(["train", "data.txt", "--out", "x", "--positional", "xpos"])
-    assert "invalid choice: 'xpos' (choose from " + ", ".join(map(repr, POSITIONAL_NAMES)) + ")" in capsys.readouterr().err
+    assert (
+        "invalid choice: 'xpos' (choose from " + ", ".join(map(repr, POSITIONAL_NAMES)) + ")" in capsys.readouterr().err
+    )

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from tokembed.cli import main
 from test_embeddings import CHAPTER_TABLE
+from tokembed.cli import main
 
 
 def test_demo_json_on_the_story_prints_the_chapters_numbers(story, capsys):
@@ -23,7 +23,11 @@ def test_demo_json_on_the_story_prints_the_chapters_numbers(story, capsys):
     assert facts["first_batch"]["targets"][0] == [367, 2885, 1464, 1807]
     assert facts["seed_table"]["weight"] == CHAPTER_TABLE
     assert facts["seed_table"]["token_3"] == [-0.4015, 0.9666, -1.1481]
-    assert facts["shapes"] == {"token_embeddings": [8, 4, 256], "positional_embeddings": [4, 256], "input_embeddings": [8, 4, 256]}
+    assert facts["shapes"] == {
+        "token_embeddings": [8, 4, 256],
+        "positional_embeddings": [4, 256],
+        "input_embeddings": [8, 4, 256],
+    }
     assert facts["worked_example"]["combined"] == [0.6, 0.1, 0.0]
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from handmade_shards import counting_docs, write_shards
-from tokembed.loader import rank_plan
+from tokembed.data.plan import rank_plan
 
 HERE = Path(__file__).resolve().parent
 TORCHRUN = Path(sys.executable).with_name("torchrun")
@@ -20,7 +20,17 @@ TORCHRUN = Path(sys.executable).with_name("torchrun")
 def run_two_ranks(root: Path, out: Path, policy: str, workers: int) -> list[dict]:
     out.mkdir()
     env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
-    cmd = [str(TORCHRUN), "--standalone", "--nproc_per_node", "2", str(HERE / "dist_loader_script.py"), str(root), str(out), policy, str(workers)]
+    cmd = [
+        str(TORCHRUN),
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        str(HERE / "dist_loader_script.py"),
+        str(root),
+        str(out),
+        policy,
+        str(workers),
+    ]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]

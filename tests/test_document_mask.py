@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from tokembed.embeddings.registry import POSITIONAL_NAMES
-from tokembed.model import GPT, GPTConfig, document_ids, document_positions
+from tokembed.model.config import GPTConfig
+from tokembed.model.gpt import GPT, document_ids, document_positions
 
 EOT = 96
 SMALL = dict(vocab_size=97, context_length=32, dim=16, n_layers=2, n_heads=2, eot_token=EOT)
@@ -82,11 +83,24 @@ def test_training_step_gradients_flow_and_generate_works():
 
 
 def test_document_mask_errors():
-    with pytest.raises(ValueError, match=r"eot_token 50256 is outside the vocabulary \(size 97\); document_mask needs the id that ends documents"):
+    with pytest.raises(
+        ValueError,
+        match=r"eot_token 50256 is outside the vocabulary \(size 97\); document_mask needs the id that ends documents",
+    ):
         GPTConfig(vocab_size=97, document_mask=True)
-    with pytest.raises(TypeError, match=r"tie_embeddings, bias and document_mask must be True or False, got True, True and 1"):
+    with pytest.raises(
+        TypeError, match=r"tie_embeddings, bias and document_mask must be True or False, got True, True and 1"
+    ):
         GPTConfig(document_mask=1)
     m = model("rope")
-    with pytest.raises(ValueError, match=r"a model with document_mask=True reads whole windows: no KVCache or offset \(got a cache\); pass the whole sequence"):
+    with pytest.raises(
+        ValueError,
+        match=r"a model with document_mask=True reads whole windows: no KVCache or offset \(got a cache\); pass the whole sequence",
+    ):
         m(torch.tensor([[1, 2]]), cache=m.new_cache())
-    assert GPTConfig.from_dict({k: v for k, v in GPTConfig().to_dict().items() if k not in ("document_mask", "eot_token")}).document_mask is False  # older checkpoints
+    assert (
+        GPTConfig.from_dict(
+            {k: v for k, v in GPTConfig().to_dict().items() if k not in ("document_mask", "eot_token")}
+        ).document_mask
+        is False
+    )  # older checkpoints

@@ -90,7 +90,9 @@ def test_shorter_sequences_use_the_first_positions():
 @pytest.mark.parametrize("bad", [-1, 50257, 70000])
 def test_token_id_out_of_range_names_it(bad):
     layer = tokembed.TokenEmbedding(50257, 4)
-    with pytest.raises(ValueError, match=rf"token id {bad} is outside the vocabulary \(size 50257\): valid values are 0..50256"):
+    with pytest.raises(
+        ValueError, match=rf"token id {bad} is outside the vocabulary \(size 50257\): valid values are 0..50256"
+    ):
         layer(torch.tensor([[1, bad, 2]]))
     with pytest.raises(ValueError, match=rf"token id {bad} is outside the vocabulary \(size 50257\)"):
         tokembed.InputEmbedding(50257, 4, context_length=4)(torch.tensor([[1, bad]]))
@@ -104,26 +106,37 @@ def test_sequence_longer_than_context_names_both():
         embed.position(torch.arange(5))
 
 
-@pytest.mark.parametrize("ids, msg", [
-    (torch.tensor([[1.0, 2.0]]), r"token ids must be an integer tensor \(torch.long\), got dtype torch.float32; convert with .long\(\)"),
-    (torch.tensor([[True]]), r"got dtype torch.bool"),
-    ([[1, 2]], r"token ids must be a torch.Tensor of integers, got list; wrap them with torch.tensor"),
-])
+@pytest.mark.parametrize(
+    "ids, msg",
+    [
+        (
+            torch.tensor([[1.0, 2.0]]),
+            r"token ids must be an integer tensor \(torch.long\), got dtype torch.float32; convert with .long\(\)",
+        ),
+        (torch.tensor([[True]]), r"got dtype torch.bool"),
+        ([[1, 2]], r"token ids must be a torch.Tensor of integers, got list; wrap them with torch.tensor"),
+    ],
+)
 def test_ids_not_an_integer_tensor(ids, msg):
     with pytest.raises(TypeError, match=msg):
         tokembed.InputEmbedding(10, 4, context_length=4)(ids)
 
 
 def test_ids_without_batch_dimension():
-    with pytest.raises(ValueError, match=r"ids must have shape \(batch, seq_len\), got shape \(3,\); add a batch dimension"):
+    with pytest.raises(
+        ValueError, match=r"ids must have shape \(batch, seq_len\), got shape \(3,\); add a batch dimension"
+    ):
         tokembed.InputEmbedding(10, 4, context_length=4)(torch.tensor([1, 2, 3]))
 
 
-@pytest.mark.parametrize("kwargs, msg", [
-    (dict(vocab_size=0, dim=3), r"vocab_size must be >= 1, got 0"),
-    (dict(vocab_size=6, dim=-2), r"dim must be >= 1, got -2"),
-    (dict(vocab_size=6, dim=3, init="xavier"), r"init must be one of normal, gpt2, got 'xavier'"),
-])
+@pytest.mark.parametrize(
+    "kwargs, msg",
+    [
+        (dict(vocab_size=0, dim=3), r"vocab_size must be >= 1, got 0"),
+        (dict(vocab_size=6, dim=-2), r"dim must be >= 1, got -2"),
+        (dict(vocab_size=6, dim=3, init="xavier"), r"init must be one of normal, gpt2, got 'xavier'"),
+    ],
+)
 def test_bad_table_sizes(kwargs, msg):
     with pytest.raises(ValueError, match=msg):
         tokembed.TokenEmbedding(**kwargs)

@@ -11,16 +11,21 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from inspect_helpers import V, planted_table, write_checkpoint
 
+from inspect_helpers import V, planted_table, write_checkpoint
 from tokembed import EmbeddingTable, export_table, get_tokenizer, load_table
-from tokembed import export as export_mod
 from tokembed.cli import main
+from tokembed.inspection import export as export_mod
 
 
 @pytest.fixture(scope="module")
 def table():
-    return EmbeddingTable(planted_table(8), "gpt2", positions=torch.randn(16, 8, generator=torch.Generator().manual_seed(2)), source="test")
+    return EmbeddingTable(
+        planted_table(8),
+        "gpt2",
+        positions=torch.randn(16, 8, generator=torch.Generator().manual_seed(2)),
+        source="test",
+    )
 
 
 def test_projector_files_have_the_exact_format(table, tmp_path):
@@ -32,7 +37,15 @@ def test_projector_files_have_the_exact_format(table, tmp_path):
     assert values.shape == (len(ids), 8)
     assert np.array_equal(values, table.tokens.numpy()[ids])  # 9 significant digits: the same float32
     labels = metadata.read_text(encoding="utf-8").split("\n")
-    assert labels == ["Ġking", "Ċ", "Ġ", "<|endoftext|>", "!", "Ġqueen", ""]  # one label per line, no header (one column)
+    assert labels == [
+        "Ġking",
+        "Ċ",
+        "Ġ",
+        "<|endoftext|>",
+        "!",
+        "Ġqueen",
+        "",
+    ]  # one label per line, no header (one column)
 
 
 @settings(max_examples=50, deadline=None)
@@ -83,7 +96,9 @@ def test_positions_export(table, tmp_path):
     path = export_table(table, tmp_path / "pos.txt", format="word2vec", which="positions")
     lines = path.read_text().splitlines()
     assert lines[0] == "16 8" and lines[1].split(" ")[0] == "pos_0" and len(lines) == 17
-    assert np.array_equal(np.load(export_table(table, tmp_path / "pos.npy", format="npy", which="positions")), table.positions.numpy())
+    assert np.array_equal(
+        np.load(export_table(table, tmp_path / "pos.npy", format="npy", which="positions")), table.positions.numpy()
+    )
     bare = EmbeddingTable(torch.randn(4, 2), labels=list("abcd"))
     with pytest.raises(ValueError, match="no absolute position vectors"):
         export_table(bare, tmp_path / "x.npy", format="npy", which="positions")
@@ -133,7 +148,9 @@ def test_cli_export_guesses_the_format_and_keeps_the_most_frequent(tmp_path, sto
     corpus = tmp_path / "story.txt"
     corpus.write_text(story, encoding="utf-8")
     assert main(["export", str(ck), str(tmp_path / "proj"), "--top", "25", "--corpus", str(corpus)]) == 0
-    top = [i for i, _ in Counter(get_tokenizer("gpt2").encode(story, allowed_special={"<|endoftext|>"})).most_common(25)]
+    top = [
+        i for i, _ in Counter(get_tokenizer("gpt2").encode(story, allowed_special={"<|endoftext|>"})).most_common(25)
+    ]
     labels = (tmp_path / "proj" / "metadata.tsv").read_text(encoding="utf-8").splitlines()
     table = load_table(ck)
     assert sorted(labels) == sorted(table.key(i) for i in top)  # ties may come in another order
@@ -164,5 +181,8 @@ def test_a_table_without_tokenizer_is_labelled_by_id(tmp_path, capsys):
     assert bare.tokenizer is None and bare.label(4) == "<id 4>"
     path = export_table(bare, tmp_path / "t.txt", format="word2vec")
     assert path.read_text().splitlines()[1].split(" ")[0] == "<id_0>"
-    assert main(["inspect", str(tmp_path / "t.npy"), "neighbours", "--tokenizer", "none", "--ids", "0", "--topn", "4"]) == 0
+    assert (
+        main(["inspect", str(tmp_path / "t.npy"), "neighbours", "--tokenizer", "none", "--ids", "0", "--topn", "4"])
+        == 0
+    )
     assert "'<id " in capsys.readouterr().out

@@ -10,12 +10,13 @@ from collections import Counter
 import numpy as np
 import pytest
 import torch
-from inspect_helpers import ANALOGY, V, gpt2_state, planted_table, write_checkpoint
 from safetensors.torch import save_file
 
+from inspect_helpers import ANALOGY, V, gpt2_state, planted_table, write_checkpoint
 from tokembed import EmbeddingTable, get_tokenizer, load_gpt2_embeddings, load_table, token_counts
 from tokembed.cli import main
-from tokembed.inspection import gpt2_byte_spelling, project_2d
+from tokembed.inspection.project import project_2d
+from tokembed.inspection.table import gpt2_byte_spelling
 from tokembed.tokenizer import gpt2_files
 
 
@@ -26,7 +27,9 @@ def enc():
 
 @pytest.fixture(scope="module")
 def table():
-    return EmbeddingTable(planted_table(16), "gpt2", positions=torch.randn(32, 16, generator=torch.Generator().manual_seed(5)))
+    return EmbeddingTable(
+        planted_table(16), "gpt2", positions=torch.randn(32, 16, generator=torch.Generator().manual_seed(5))
+    )
 
 
 def cosine_reference(m: np.ndarray, v: np.ndarray) -> np.ndarray:
@@ -98,7 +101,9 @@ def test_token_table_of_a_text(table, enc):
     assert [r.id for r in rows] == enc.encode(text, allowed_special={"<|endoftext|>"})
     assert rows[-1].id == 50256 and rows[-1].token == "<|endoftext|>"
     assert [r.position for r in rows] == list(range(len(rows)))
-    np.testing.assert_allclose([r.norm for r in rows], np.linalg.norm(table.tokens.numpy()[[r.id for r in rows]], axis=1), rtol=1e-6)
+    np.testing.assert_allclose(
+        [r.norm for r in rows], np.linalg.norm(table.tokens.numpy()[[r.id for r in rows]], axis=1), rtol=1e-6
+    )
 
 
 # --------------------------------------------------------------------- analogies against gensim
@@ -180,11 +185,12 @@ def test_checkpoint_loader_reads_the_contract_layout(tmp_path):
 
 def test_checkpoint_written_by_tokembed_train_code(tmp_path):
     # Two paths agree: the model that issue 5's save_checkpoint stores, and the table read here.
-    from tokembed.checkpoint import save_checkpoint
-    from tokembed.model import GPT, GPTConfig
+    from tokembed.model.checkpoint import save_checkpoint
+    from tokembed.model.config import GPTConfig
+    from tokembed.model.gpt import GPT
 
     model = GPT(GPTConfig(vocab_size=V, context_length=16, dim=8, n_layers=1, n_heads=2))
-    save_checkpoint(tmp_path / "ck", model, plot=False)
+    save_checkpoint(tmp_path / "ck", model)
     table = load_table(tmp_path / "ck")
     assert torch.equal(table.tokens, model.embed.token.weight.detach())
     assert torch.equal(table.positions, model.embed.position.weight.detach())
@@ -208,7 +214,9 @@ def test_table_of_an_in_memory_model():
 
     learned = Stand("learned")
     table = EmbeddingTable.from_model(learned)
-    assert torch.equal(table.tokens, learned.embed.token.weight.detach()) and torch.equal(table.positions, learned.embed.position.weight.detach())
+    assert torch.equal(table.tokens, learned.embed.token.weight.detach()) and torch.equal(
+        table.positions, learned.embed.position.weight.detach()
+    )
     sinus = EmbeddingTable.from_model(Stand("sinusoidal"))
     assert sinus.positions.shape == (12, 6) and torch.allclose(sinus.positions[0], torch.tensor([0.0, 1.0] * 3))
     assert EmbeddingTable.from_model(Stand("alibi")).positions is None
@@ -236,10 +244,24 @@ def test_gpt2_tables_from_pytorch_model_bin_in_half_precision(tmp_path):
 
 def test_gpt2_tables_from_the_books_and_nanogpts_layouts(tmp_path):
     state = gpt2_state()
-    book = {"tok_emb.weight": state["wte.weight"], "pos_emb.weight": state["wpe.weight"], "out_head.weight": state["wte.weight"].clone()}
+    book = {
+        "tok_emb.weight": state["wte.weight"],
+        "pos_emb.weight": state["wpe.weight"],
+        "out_head.weight": state["wte.weight"].clone(),
+    }
     torch.save(book, tmp_path / "model.pth")
-    torch.save({"model_state_dict": book, "optimizer_state_dict": {"state": {}, "param_groups": []}}, tmp_path / "model_and_optimizer.pth")
-    nano = {"model": {"_orig_mod.transformer.wte.weight": state["wte.weight"], "_orig_mod.transformer.wpe.weight": state["wpe.weight"]}, "iter_num": 5, "model_args": {"n_embd": 8}}
+    torch.save(
+        {"model_state_dict": book, "optimizer_state_dict": {"state": {}, "param_groups": []}},
+        tmp_path / "model_and_optimizer.pth",
+    )
+    nano = {
+        "model": {
+            "_orig_mod.transformer.wte.weight": state["wte.weight"],
+            "_orig_mod.transformer.wpe.weight": state["wpe.weight"],
+        },
+        "iter_num": 5,
+        "model_args": {"n_embd": 8},
+    }
     torch.save(nano, tmp_path / "ckpt.pt")  # nanoGPT's checkpoint of a compiled model
     for name in ("model.pth", "model_and_optimizer.pth", "ckpt.pt"):
         tables = load_gpt2_embeddings(tmp_path / name)
@@ -258,7 +280,9 @@ def test_gpt2_wrong_shapes_and_keys_are_named(tmp_path):
     with pytest.raises(ValueError, match=r"\(1024, 4\).*widths"):
         load_gpt2_embeddings(tmp_path / "width.safetensors")
     save_file({"encoder.embed_tokens.weight": torch.zeros(3, 2)}, str(tmp_path / "other.safetensors"))
-    with pytest.raises(ValueError, match=r"no GPT-2 embedding tables.*'wte.weight'.*found keys \[encoder.embed_tokens.weight\]"):
+    with pytest.raises(
+        ValueError, match=r"no GPT-2 embedding tables.*'wte.weight'.*found keys \[encoder.embed_tokens.weight\]"
+    ):
         load_gpt2_embeddings(tmp_path / "other.safetensors")
 
 
@@ -303,7 +327,9 @@ def test_bad_queries_are_clear_errors(table):
     with pytest.raises(ValueError, match="topn must be an integer >= 1"):
         table.neighbours(5, topn=0)
     small = EmbeddingTable(torch.randn(100, 4), "gpt2")
-    with pytest.raises(ValueError, match=r"word ' king' encodes to token id 5822, outside the table's vocabulary \(size 100\)"):
+    with pytest.raises(
+        ValueError, match=r"word ' king' encodes to token id 5822, outside the table's vocabulary \(size 100\)"
+    ):
         small.neighbours(" king")
     labelled = EmbeddingTable(torch.randn(3, 4), labels=["cat", "dog", "cats"])
     with pytest.raises(ValueError, match=r"word 'catz' is not in the table's vocabulary.*did you mean 'cat'"):
@@ -332,7 +358,20 @@ def test_token_counts_match_a_counter(story, enc, tmp_path):
 
 def test_token_counts_of_a_shard_folder_equal_those_of_its_text(story, enc, tmp_path):
     (tmp_path / "story.txt").write_text(story, encoding="utf-8")
-    assert main(["prepare", str(tmp_path / "story.txt"), "--out", str(tmp_path / "shards"), "--val-fraction", "0", "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "prepare",
+                str(tmp_path / "story.txt"),
+                "--out",
+                str(tmp_path / "shards"),
+                "--val-fraction",
+                "0",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     from_shards = token_counts(tmp_path / "shards")
     from_text = token_counts(tmp_path / "story.txt")
     assert from_shards[50256] == from_text[50256] + 1  # each document is stored followed by <|endoftext|>
@@ -413,7 +452,23 @@ def test_cli_errors_exit_2_with_one_line(ckpt, tmp_path, capsys):
 def test_cli_plot_writes_an_image_and_names_a_missing_extra(ckpt, tmp_path, capsys, monkeypatch, story):
     (tmp_path / "story.txt").write_text(story, encoding="utf-8")
     out = tmp_path / "pca.png"
-    assert main(["inspect", str(ckpt), "plot", "pca", "-o", str(out), "--corpus", str(tmp_path / "story.txt"), "--points", "300"]) == 0
+    assert (
+        main(
+            [
+                "inspect",
+                str(ckpt),
+                "plot",
+                "pca",
+                "-o",
+                str(out),
+                "--corpus",
+                str(tmp_path / "story.txt"),
+                "--points",
+                "300",
+            ]
+        )
+        == 0
+    )
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert main(["inspect", str(ckpt), "plot", "loss", "-o", str(tmp_path / "loss.svg")]) == 0
     assert (tmp_path / "loss.svg").read_text().lstrip().startswith("<?xml")

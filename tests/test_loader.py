@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 import tokembed
 from book_reference import book_create_dataloader_v1
 from handmade_shards import counting_docs, write_shards
-from tokembed.loader import FeistelPermutation, rank_plan
+from tokembed.data.plan import rank_plan
+from tokembed.data.shuffle import FeistelPermutation
 
 
 def starts_of(batches) -> list[list[int]]:
@@ -73,14 +74,25 @@ def test_feistel_needs_no_memory_for_a_huge_domain():
 
 
 @settings(max_examples=50, deadline=None)
-@given(n=st.integers(4, 400), b=st.integers(1, 9), stride=st.integers(1, 5), shuffle=st.booleans(), drop_last=st.booleans(), seed=st.integers(0, 99))
+@given(
+    n=st.integers(4, 400),
+    b=st.integers(1, 9),
+    stride=st.integers(1, 5),
+    shuffle=st.booleans(),
+    drop_last=st.booleans(),
+    seed=st.integers(0, 99),
+)
 def test_one_epoch_is_every_window_once(n, b, stride, shuffle, drop_last, seed):
     windows = list(range(0, n - 3, stride))
     if drop_last and len(windows) < b:
-        with pytest.raises(ValueError, match=rf"gives {len(windows)} windows, fewer than batch_size={b} x world_size=1"):
+        with pytest.raises(
+            ValueError, match=rf"gives {len(windows)} windows, fewer than batch_size={b} x world_size=1"
+        ):
             tokembed.create_dataloader(np.arange(n), batch_size=b, max_length=3, stride=stride, drop_last=drop_last)
         return
-    loader = tokembed.create_dataloader(np.arange(n), batch_size=b, max_length=3, stride=stride, shuffle=shuffle, seed=seed, drop_last=drop_last)
+    loader = tokembed.create_dataloader(
+        np.arange(n), batch_size=b, max_length=3, stride=stride, shuffle=shuffle, seed=seed, drop_last=drop_last
+    )
     batches = list(loader)
     got = starts_of(batches)
     assert len(got) == len(loader)
@@ -99,8 +111,12 @@ def test_one_epoch_is_every_window_once(n, b, stride, shuffle, drop_last, seed):
 
 @pytest.mark.parametrize("drop_last", [True, False])
 def test_unshuffled_batches_are_the_books(story, drop_last):
-    ours = list(tokembed.create_dataloader(story, batch_size=8, max_length=4, stride=4, shuffle=False, drop_last=drop_last))
-    book = list(book_create_dataloader_v1(story, batch_size=8, max_length=4, stride=4, shuffle=False, drop_last=drop_last))
+    ours = list(
+        tokembed.create_dataloader(story, batch_size=8, max_length=4, stride=4, shuffle=False, drop_last=drop_last)
+    )
+    book = list(
+        book_create_dataloader_v1(story, batch_size=8, max_length=4, stride=4, shuffle=False, drop_last=drop_last)
+    )
     assert len(ours) == len(book)
     assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(ours, book))
 
@@ -136,20 +152,35 @@ def test_an_epoch_does_not_build_a_permutation_of_all_windows():
 
 
 @settings(max_examples=60, deadline=None)
-@given(n=st.integers(2, 300), b=st.integers(1, 6), world=st.integers(1, 4), drop_last=st.booleans(), shuffle=st.booleans())
+@given(
+    n=st.integers(2, 300), b=st.integers(1, 6), world=st.integers(1, 4), drop_last=st.booleans(), shuffle=st.booleans()
+)
 def test_ranks_are_disjoint_and_complete(n, b, world, drop_last, shuffle):
     windows = list(range(0, n - 1))  # max_length 1, stride 1
     plan = rank_plan(len(windows), batch_size=b, world_size=world, drop_last=drop_last)
     if plan.batches == 0:
         with pytest.raises(ValueError, match=rf"fewer than batch_size={b} x world_size={world}"):
-            tokembed.create_dataloader(np.arange(n), batch_size=b, max_length=1, rank=0, world_size=world, drop_last=drop_last)
+            tokembed.create_dataloader(
+                np.arange(n), batch_size=b, max_length=1, rank=0, world_size=world, drop_last=drop_last
+            )
         return
     per_rank = []
     for r in range(world):
-        loader = tokembed.create_dataloader(np.arange(n), batch_size=b, max_length=1, rank=r, world_size=world, drop_last=drop_last, shuffle=shuffle, seed=5)
+        loader = tokembed.create_dataloader(
+            np.arange(n),
+            batch_size=b,
+            max_length=1,
+            rank=r,
+            world_size=world,
+            drop_last=drop_last,
+            shuffle=shuffle,
+            seed=5,
+        )
         got = starts_of(loader)
         assert len(got) == len(loader) == plan.batches  # every rank takes the same number of steps
-        assert [len(g) for g in got] == [b] * plan.full_steps + [plan.last_batch_size] * (plan.batches - plan.full_steps)
+        assert [len(g) for g in got] == [b] * plan.full_steps + [plan.last_batch_size] * (
+            plan.batches - plan.full_steps
+        )
         per_rank.append(flat(got))
     seen = flat(per_rank)
     if drop_last:
@@ -160,7 +191,11 @@ def test_ranks_are_disjoint_and_complete(n, b, world, drop_last, shuffle):
         assert len(seen) - len(windows) == plan.padded_windows < world  # only the padding is seen twice
     # Together the ranks see what one process sees with batch_size * world_size, in the same order.
     if drop_last:
-        single = flat(starts_of(tokembed.create_dataloader(np.arange(n), batch_size=b * world, max_length=1, shuffle=shuffle, seed=5)))
+        single = flat(
+            starts_of(
+                tokembed.create_dataloader(np.arange(n), batch_size=b * world, max_length=1, shuffle=shuffle, seed=5)
+            )
+        )
         assert sorted(seen) == sorted(single)
 
 
@@ -208,14 +243,14 @@ def test_workers_give_the_same_batches_and_split_the_work(tmp_path):
     # Which worker makes which batch: worker w of n makes this rank's batches w, w+n, ... (disjoint).
     from types import SimpleNamespace
 
-    from tokembed.loader import _RankBatches
+    from tokembed.data.loader import _RankBatches
 
     loader = tokembed.create_dataloader(tmp_path, **kw)
     expected = [x[:, 0].tolist() for x, _ in one]
     n = 3
     for w in range(n):
         with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(torch.utils.data, "get_worker_info", lambda: SimpleNamespace(id=w, num_workers=n))
+            mp.setattr(torch.utils.data, "get_worker_info", lambda: SimpleNamespace(id=w, num_workers=n))  # noqa: B023 (used within the iteration)
             mine = [x[:, 0].tolist() for x, _ in _RankBatches(loader.dataset, loader._epoch_arith(), 0)]
         assert mine == expected[w::n]
     assert stream.size > 0
@@ -301,7 +336,10 @@ def test_resume_with_workers(workers_before, workers_after):
 )
 def test_a_state_from_other_options_is_refused(change, message):
     state = _loader().state_dict()
-    with pytest.raises(ValueError, match=r"the state was saved by a loader over " + message + r".*resume with the same data and options"):
+    with pytest.raises(
+        ValueError,
+        match=r"the state was saved by a loader over " + message + r".*resume with the same data and options",
+    ):
         _loader(**change).load_state_dict(state)
 
 
@@ -335,7 +373,9 @@ def test_a_rank_may_load_another_ranks_state():
 def test_the_drop_in_fast_path_gives_the_books_batches(story, shuffle, drop_last, b, L, s):
     # Chunks of many batches are gathered at once: check every chunk boundary case, then the RNG.
     torch.manual_seed(11)
-    ours = tokembed.create_dataloader_v1(story, batch_size=b, max_length=L, stride=s, shuffle=shuffle, drop_last=drop_last)
+    ours = tokembed.create_dataloader_v1(
+        story, batch_size=b, max_length=L, stride=s, shuffle=shuffle, drop_last=drop_last
+    )
     it = iter(ours)
     between = torch.rand(2)  # global RNG use between creating the iterator and the first batch
     a = [(x.clone(), y.clone()) for x, y in it] + [tuple(t.clone() for t in bt) for bt in ours]
@@ -360,14 +400,49 @@ def test_stats_world_size_agrees_with_the_loader(tmp_path, capsys, world, drop_l
     from tokembed.cli import main
 
     write_shards(tmp_path, counting_docs([[400, 33], [257], [120] * 3]))
-    assert main(["stats", str(tmp_path), "--max-length", "16", "--stride", "5", "--batch-size", "4", "--world-size", str(world), "--json"]) == 0
+    assert (
+        main(
+            [
+                "stats",
+                str(tmp_path),
+                "--max-length",
+                "16",
+                "--stride",
+                "5",
+                "--batch-size",
+                "4",
+                "--world-size",
+                str(world),
+                "--json",
+            ]
+        )
+        == 0
+    )
     rp = json.loads(capsys.readouterr().out)["splits"]["train"]["rank_plan"]
     for r in range(world):
-        loader = tokembed.create_dataloader(tmp_path, batch_size=4, max_length=16, stride=5, rank=r, world_size=world, drop_last=drop_last)
+        loader = tokembed.create_dataloader(
+            tmp_path, batch_size=4, max_length=16, stride=5, rank=r, world_size=world, drop_last=drop_last
+        )
         batches = list(loader)
         assert rp["batches"] == len(loader) == len(batches)
         assert rp["windows"] == len(loader.dataset)
-    assert main(["stats", str(tmp_path), "--max-length", "16", "--stride", "5", "--batch-size", "4", "--world-size", str(world)]) == 0
+    assert (
+        main(
+            [
+                "stats",
+                str(tmp_path),
+                "--max-length",
+                "16",
+                "--stride",
+                "5",
+                "--batch-size",
+                "4",
+                "--world-size",
+                str(world),
+            ]
+        )
+        == 0
+    )
     assert f"{rp['batches']:,} batches per rank x world_size={world}" in capsys.readouterr().out
 
 
@@ -393,13 +468,28 @@ def test_recycled_buffers_never_overwrite_a_batch_still_held():
 
 @settings(max_examples=40, deadline=None)
 @given(
-    n=st.integers(30, 2000), b=st.integers(1, 7), world=st.integers(1, 3), drop_last=st.booleans(),
-    shuffle=st.booleans(), cut=st.floats(0, 1), within=st.booleans(),
+    n=st.integers(30, 2000),
+    b=st.integers(1, 7),
+    world=st.integers(1, 3),
+    drop_last=st.booleans(),
+    shuffle=st.booleans(),
+    cut=st.floats(0, 1),
+    within=st.booleans(),
 )
 def test_resume_anywhere_is_exact(n, b, world, drop_last, shuffle, cut, within):
     ids = np.arange(n) % 50000
     ids[::37] = 50256  # documents, for within_documents
-    kw = dict(batch_size=b, max_length=4, stride=3, shuffle=shuffle, drop_last=drop_last, rank=world - 1, world_size=world, within_documents=within, seed=7)
+    kw = dict(
+        batch_size=b,
+        max_length=4,
+        stride=3,
+        shuffle=shuffle,
+        drop_last=drop_last,
+        rank=world - 1,
+        world_size=world,
+        within_documents=within,
+        seed=7,
+    )
     try:
         ref = tokembed.create_dataloader(ids, **kw)
     except ValueError:
@@ -415,7 +505,7 @@ def test_resume_anywhere_is_exact(n, b, world, drop_last, shuffle, cut, within):
 
 
 def test_loader_config_is_validated_before_any_work():
-    from tokembed.loader import LoaderConfig
+    from tokembed.data.loader import LoaderConfig
 
     with pytest.raises(ValueError, match=r"prefetch_factor=2 needs num_workers >= 1"):
         LoaderConfig(batch_size=4, prefetch_factor=2)
@@ -427,5 +517,7 @@ def test_loader_config_is_validated_before_any_work():
     # A bad option is reported before the text is even tokenized.
     with pytest.raises(ValueError, match=r"rank 3 is outside world_size=2"):
         tokembed.create_dataloader("x" * 10, batch_size=4, max_length=64, rank=3, world_size=2)
-    loader = tokembed.loader.WindowLoader(tokembed.SlidingWindowDataset(np.arange(100), max_length=4), cfg)
-    assert flat(starts_of(loader)) == flat(starts_of(tokembed.create_dataloader(np.arange(100), batch_size=4, max_length=4, seed=3)))
+    loader = tokembed.WindowLoader(tokembed.SlidingWindowDataset(np.arange(100), max_length=4), cfg)
+    assert flat(starts_of(loader)) == flat(
+        starts_of(tokembed.create_dataloader(np.arange(100), batch_size=4, max_length=4, seed=3))
+    )

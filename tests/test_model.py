@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 import tokembed
 from tokembed import GPT, GPTConfig
 from tokembed.embeddings.registry import POSITIONAL_NAMES
-from tokembed.loss import linear_cross_entropy
+from tokembed.model.loss import linear_cross_entropy
 
 SMALL = dict(vocab_size=97, context_length=16, dim=16, n_layers=2, n_heads=2)
 
@@ -23,15 +23,30 @@ def small(positional="learned", **kw):
     return GPT(GPTConfig(**{**SMALL, "positional": positional, **kw}))
 
 
-@pytest.mark.parametrize("kwargs, exc, msg", [
-    (dict(dim=64, n_heads=5), ValueError, r"n_heads=5 does not divide dim=64; choose n_heads among the divisors of dim"),
-    (dict(positional="rotary"), ValueError, r"unknown positional scheme 'rotary'; choose one of learned, sinusoidal, rope, alibi, t5, shaw, none"),
-    (dict(positional="rope", dim=12, n_heads=4), ValueError, r"rope needs an even head width, got dim/n_heads = 12/4 = 3"),
-    (dict(context_length=0), ValueError, r"context_length must be >= 1, got 0"),
-    (dict(dropout=1.0), ValueError, r"dropout must be a float in \[0, 1\), got 1.0"),
-    (dict(rope_scaling="yarn"), ValueError, r"rope_scaling must be None, 'linear' or 'ntk', got 'yarn'"),
-    (dict(n_layers=2.5), TypeError, r"n_layers must be an integer >= 1, got 2.5"),
-])
+@pytest.mark.parametrize(
+    "kwargs, exc, msg",
+    [
+        (
+            dict(dim=64, n_heads=5),
+            ValueError,
+            r"n_heads=5 does not divide dim=64; choose n_heads among the divisors of dim",
+        ),
+        (
+            dict(positional="rotary"),
+            ValueError,
+            r"unknown positional scheme 'rotary'; choose one of learned, sinusoidal, rope, alibi, t5, shaw, none",
+        ),
+        (
+            dict(positional="rope", dim=12, n_heads=4),
+            ValueError,
+            r"rope needs an even head width, got dim/n_heads = 12/4 = 3",
+        ),
+        (dict(context_length=0), ValueError, r"context_length must be >= 1, got 0"),
+        (dict(dropout=1.0), ValueError, r"dropout must be a float in \[0, 1\), got 1.0"),
+        (dict(rope_scaling="yarn"), ValueError, r"rope_scaling must be None, 'linear' or 'ntk', got 'yarn'"),
+        (dict(n_layers=2.5), TypeError, r"n_layers must be an integer >= 1, got 2.5"),
+    ],
+)
 def test_bad_configs_are_named(kwargs, exc, msg):
     with pytest.raises(exc, match=msg):
         GPTConfig(**kwargs)
@@ -41,7 +56,9 @@ def test_gpt_needs_a_config_and_the_loss_names_bad_inputs():
     with pytest.raises(TypeError, match=r"config must be a GPTConfig, got dict"):
         GPT({"dim": 16})
     h, w = torch.randn(4, 8), torch.randn(10, 8)
-    with pytest.raises(ValueError, match=r"expected h \(N, D\), weight \(V, D\), targets \(N,\), got \(4, 8\), \(10, 8\), \(3,\)"):
+    with pytest.raises(
+        ValueError, match=r"expected h \(N, D\), weight \(V, D\), targets \(N,\), got \(4, 8\), \(10, 8\), \(3,\)"
+    ):
         linear_cross_entropy(h, w, torch.zeros(3, dtype=torch.long))
     with pytest.raises(ValueError, match=r"reduction must be 'mean' or 'sum', got 'none'"):
         linear_cross_entropy(h, w, torch.zeros(4, dtype=torch.long), reduction="none")
@@ -115,7 +132,9 @@ def test_chunked_linear_cross_entropy_matches_torch(n, chunk, seed):
     torch.testing.assert_close(ours, ref)
     torch.testing.assert_close(oh, gh, atol=1e-6, rtol=1e-4)
     torch.testing.assert_close(ow, gw, atol=1e-6, rtol=1e-4)
-    torch.testing.assert_close(linear_cross_entropy(h, w, t, reduction="sum", chunk=chunk), F.cross_entropy(h @ w.T, t, reduction="sum"))
+    torch.testing.assert_close(
+        linear_cross_entropy(h, w, t, reduction="sum", chunk=chunk), F.cross_entropy(h @ w.T, t, reduction="sum")
+    )
 
 
 def test_loss_names_bad_targets():
@@ -160,7 +179,9 @@ def test_generate_with_and_without_cache_agree(positional):
     assert greedy.shape == (2, 35) and torch.equal(greedy[:, :5], prompt)
     assert torch.equal(greedy, m.generate(prompt, 30, temperature=0, use_cache=False))
     g1, g2 = torch.Generator().manual_seed(1), torch.Generator().manual_seed(1)
-    assert torch.equal(m.generate(prompt, 12, top_k=5, generator=g1), m.generate(prompt, 12, top_k=5, generator=g2, use_cache=False))
+    assert torch.equal(
+        m.generate(prompt, 12, top_k=5, generator=g1), m.generate(prompt, 12, top_k=5, generator=g2, use_cache=False)
+    )
     assert m.training  # generate restores the mode
 
 
@@ -199,9 +220,24 @@ def test_public_api_and_light_import():
     import sys
 
     code = "import sys, tokembed; print(any(m in sys.modules for m in ('matplotlib', 'sklearn', 'x_transformers', 'rotary_embedding_torch')))"
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
-    for name in ("GPT", "GPTConfig", "TrainConfig", "train", "evaluate", "load_checkpoint", "RotaryEmbedding", "ALiBi", "T5RelativeBias",
-                 "ShawRelativePositions", "SinusoidalPositionalEmbedding", "run_positions_experiment"):
+    assert (
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+        == "False"
+    )
+    for name in (
+        "GPT",
+        "GPTConfig",
+        "TrainConfig",
+        "train",
+        "evaluate",
+        "load_checkpoint",
+        "RotaryEmbedding",
+        "ALiBi",
+        "T5RelativeBias",
+        "ShawRelativePositions",
+        "SinusoidalPositionalEmbedding",
+        "run_positions_experiment",
+    ):
         assert name in tokembed.__all__ and hasattr(tokembed, name)
 
 

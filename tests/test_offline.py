@@ -22,7 +22,9 @@ GUARD = textwrap.dedent(
 
 
 def _run(code: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", GUARD + textwrap.dedent(code)], capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-c", GUARD + textwrap.dedent(code)], capture_output=True, text=True, timeout=300
+    )
 
 
 def test_import_and_chapter_walk_open_no_connection(tmp_path):

@@ -15,11 +15,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tokembed
-from tokembed.attention import CausalSelfAttention
 from tokembed.embeddings.bias import ALiBi, ShawRelativePositions, T5RelativeBias, alibi_slopes, t5_relative_bucket
 from tokembed.embeddings.registry import POSITIONAL_NAMES, attention_positional, input_positional, positional_scheme
 from tokembed.embeddings.rotary import RotaryEmbedding, rope_inv_freq
 from tokembed.embeddings.sinusoidal import SinusoidalPositionalEmbedding, sinusoidal_table
+from tokembed.model.attention import CausalSelfAttention
 
 # ----------------------------------------------------------------------------------- sinusoidal
 
@@ -31,7 +31,9 @@ def test_sinusoid_at_position_0_is_0_1_0_1():
 def test_sinusoid_matches_the_papers_formula():
     # PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d)), Vaswani et al. 2017, 3.5
     d = 16
-    expected = [[(math.sin if j % 2 == 0 else math.cos)(p / 10000 ** ((j - j % 2) / d)) for j in range(d)] for p in range(50)]
+    expected = [
+        [(math.sin if j % 2 == 0 else math.cos)(p / 10000 ** ((j - j % 2) / d)) for j in range(d)] for p in range(50)
+    ]
     torch.testing.assert_close(sinusoidal_table(50, d), torch.tensor(expected), atol=1e-6, rtol=0)
 
 
@@ -65,7 +67,9 @@ def test_position_ids_arange_equals_default_path(positional):
     torch.testing.assert_close(embed(ids, position_ids=torch.arange(10)), default, rtol=0, atol=0)
     torch.testing.assert_close(embed(ids, position_ids=torch.arange(10).expand(3, 10)), default, rtol=0, atol=0)
     # an offset is the same as explicit ids starting there
-    torch.testing.assert_close(embed(ids[:, :4], offset=5), embed(ids[:, :4], position_ids=torch.arange(5, 9)), rtol=0, atol=0)
+    torch.testing.assert_close(
+        embed(ids[:, :4], offset=5), embed(ids[:, :4], position_ids=torch.arange(5, 9)), rtol=0, atol=0
+    )
     # and adds the table's rows offset..offset+T-1
     table = embed.position(torch.arange(16))
     torch.testing.assert_close(embed(ids[:, :4], offset=5), embed.token(ids[:, :4]) + table[5:9], rtol=0, atol=0)
@@ -89,15 +93,20 @@ def test_input_embedding_default_is_learned_and_attention_schemes_add_nothing():
 
 def test_learned_offset_past_the_table_is_refused():
     embed = tokembed.InputEmbedding(10, 4, 8)
-    with pytest.raises(ValueError, match=r"positions 6..9 exceed context_length 8 of the learned position table; crop the context"):
+    with pytest.raises(
+        ValueError, match=r"positions 6..9 exceed context_length 8 of the learned position table; crop the context"
+    ):
         embed(torch.zeros(1, 4, dtype=torch.long), offset=6)
 
 
-@pytest.mark.parametrize("pos, exc, msg", [
-    (torch.arange(4), ValueError, r"position_ids must have shape \(3,\) or \(2, 3\)"),
-    (torch.tensor([0.0, 1.0, 2.0]), TypeError, r"position_ids must be an integer tensor"),
-    (torch.tensor([0, -1, 2]), ValueError, r"position ids must be >= 0, got -1"),
-])
+@pytest.mark.parametrize(
+    "pos, exc, msg",
+    [
+        (torch.arange(4), ValueError, r"position_ids must have shape \(3,\) or \(2, 3\)"),
+        (torch.tensor([0.0, 1.0, 2.0]), TypeError, r"position_ids must be an integer tensor"),
+        (torch.tensor([0, -1, 2]), ValueError, r"position ids must be >= 0, got -1"),
+    ],
+)
 def test_bad_position_ids(pos, exc, msg):
     with pytest.raises(exc, match=msg):
         tokembed.InputEmbedding(10, 4, 8)(torch.zeros(2, 3, dtype=torch.long), position_ids=pos)
@@ -119,7 +128,9 @@ def test_rope_layout_is_interleaved_pairs():
     x = torch.zeros(1, 1, 1, 8)
     x[..., 6] = 1.0
     angle = 5 * 10000 ** (-6 / 8)
-    torch.testing.assert_close(rope(x, torch.tensor([5]))[0, 0, 0, 6:], torch.tensor([math.cos(angle), math.sin(angle)]))
+    torch.testing.assert_close(
+        rope(x, torch.tensor([5]))[0, 0, 0, 6:], torch.tensor([math.cos(angle), math.sin(angle)])
+    )
 
 
 @given(seed=st.integers(0, 2**31 - 1), p=st.integers(0, 5000))
@@ -178,11 +189,14 @@ def test_rope_batched_position_ids_equal_shared_ones():
     torch.testing.assert_close(rope(x, torch.arange(5).expand(3, 5)), rope(x, torch.arange(5)))
 
 
-@pytest.mark.parametrize("kwargs, msg", [
-    (dict(head_dim=7), r"head_dim must be even"),
-    (dict(head_dim=8, scaling="yarn"), r"rope scaling must be one of linear, ntk or None, got 'yarn'"),
-    (dict(head_dim=8, scaling="ntk", factor=0.5), r"rope scaling factor must be a number >= 1"),
-])
+@pytest.mark.parametrize(
+    "kwargs, msg",
+    [
+        (dict(head_dim=7), r"head_dim must be even"),
+        (dict(head_dim=8, scaling="yarn"), r"rope scaling must be one of linear, ntk or None, got 'yarn'"),
+        (dict(head_dim=8, scaling="ntk", factor=0.5), r"rope scaling factor must be a number >= 1"),
+    ],
+)
 def test_rope_bad_options(kwargs, msg):
     with pytest.raises(ValueError, match=msg):
         RotaryEmbedding(**kwargs)
@@ -204,7 +218,9 @@ def test_alibi_slopes_for_12_heads_follow_the_papers_recipe():
 @pytest.mark.parametrize("n", [1, 2, 3, 5, 6, 8, 12, 16, 20, 24, 32])
 def test_alibi_slopes_agree_with_x_transformers(n):
     xt = pytest.importorskip("x_transformers.x_transformers")
-    torch.testing.assert_close(alibi_slopes(n), torch.tensor(xt.AlibiPositionalBias._get_slopes(n), dtype=torch.float32))
+    torch.testing.assert_close(
+        alibi_slopes(n), torch.tensor(xt.AlibiPositionalBias._get_slopes(n), dtype=torch.float32)
+    )
 
 
 def test_alibi_bias_is_minus_slope_times_distance():
@@ -222,7 +238,9 @@ def t5_bucket_reference(n: int, num_buckets: int = 32, max_distance: int = 128) 
     exact = num_buckets // 2
     if n < exact:
         return n
-    return min(num_buckets - 1, exact + int(math.log(n / exact) / math.log(max_distance / exact) * (num_buckets - exact)))
+    return min(
+        num_buckets - 1, exact + int(math.log(n / exact) / math.log(max_distance / exact) * (num_buckets - exact))
+    )
 
 
 def test_t5_buckets_32_by_128_at_the_published_boundaries():
@@ -233,7 +251,9 @@ def test_t5_buckets_32_by_128_at_the_published_boundaries():
     starts = {b: int(torch.nonzero(buckets == b)[0]) for b in range(16, 32)}
     assert starts == {16 + k: math.ceil(16 * 8 ** (k / 16)) for k in range(16)}
     assert list(starts.values()) == [16, 19, 21, 24, 27, 31, 35, 40, 46, 52, 59, 67, 77, 87, 99, 113]
-    assert buckets[127].item() == 31 and buckets[128:].unique().tolist() == [31]  # max_distance and beyond share the last
+    assert buckets[127].item() == 31 and buckets[128:].unique().tolist() == [
+        31
+    ]  # max_distance and beyond share the last
     assert buckets.tolist() == [t5_bucket_reference(n) for n in range(400)]
     assert t5_relative_bucket(torch.arange(1, 50)).unique().tolist() == [0]  # causal: keys after the query -> 0
 
@@ -243,7 +263,15 @@ def test_t5_bidirectional_buckets():
     b = t5_relative_bucket(rel, bidirectional=True, num_buckets=32, max_distance=128)
     back, ahead = b[rel <= 0], b[rel > 0]
     assert back.max().item() <= 15 and ahead.min().item() >= 16  # half the buckets for each direction
-    assert [t5_relative_bucket(torch.tensor(r), bidirectional=True).item() for r in (0, -1, -7, -8, 1, 7, 8)] == [0, 1, 7, 8, 17, 23, 24]
+    assert [t5_relative_bucket(torch.tensor(r), bidirectional=True).item() for r in (0, -1, -7, -8, 1, 7, 8)] == [
+        0,
+        1,
+        7,
+        8,
+        17,
+        23,
+        24,
+    ]
 
 
 @pytest.mark.parametrize("bidirectional", [False, True])
@@ -251,8 +279,12 @@ def test_t5_bidirectional_buckets():
 def test_t5_buckets_agree_with_x_transformers(bidirectional, num_buckets, max_distance):
     xt = pytest.importorskip("x_transformers.x_transformers")
     rel = torch.arange(-500, 500)
-    theirs = xt.RelativePositionBias._relative_position_bucket(rel, causal=not bidirectional, num_buckets=num_buckets, max_distance=max_distance)
-    assert torch.equal(t5_relative_bucket(rel, bidirectional=bidirectional, num_buckets=num_buckets, max_distance=max_distance), theirs)
+    theirs = xt.RelativePositionBias._relative_position_bucket(
+        rel, causal=not bidirectional, num_buckets=num_buckets, max_distance=max_distance
+    )
+    assert torch.equal(
+        t5_relative_bucket(rel, bidirectional=bidirectional, num_buckets=num_buckets, max_distance=max_distance), theirs
+    )
 
 
 def test_t5_bias_looks_up_one_scalar_per_bucket_and_head():
@@ -285,12 +317,20 @@ def reference_attention(x, attn, *, bias_fn=None, shaw=None):
             for i in range(T):
                 scores = []
                 for j in range(i + 1):
-                    kj = k[b, j, h] + (shaw.key[min(max(j - i, -shaw.max_distance), shaw.max_distance) + shaw.max_distance] if shaw else 0)
+                    kj = k[b, j, h] + (
+                        shaw.key[min(max(j - i, -shaw.max_distance), shaw.max_distance) + shaw.max_distance]
+                        if shaw
+                        else 0
+                    )
                     s = (q[b, i, h] @ kj) / math.sqrt(d)
                     scores.append(s + (bias_fn(h, i, j) if bias_fn else 0))
                 w = torch.softmax(torch.stack(scores), dim=0)
                 for j in range(i + 1):
-                    vj = v[b, j, h] + (shaw.value[min(max(j - i, -shaw.max_distance), shaw.max_distance) + shaw.max_distance] if shaw else 0)
+                    vj = v[b, j, h] + (
+                        shaw.value[min(max(j - i, -shaw.max_distance), shaw.max_distance) + shaw.max_distance]
+                        if shaw
+                        else 0
+                    )
                     out[b, i, h] += w[j] * vj
     return attn.proj(out.reshape(B, T, D))
 
@@ -309,7 +349,9 @@ def test_t5_attention_equals_the_definition():
     t5 = T5RelativeBias(2, num_buckets=8, max_distance=10)
     attn = CausalSelfAttention(8, 2, positional=t5)
     x = torch.randn(1, 12, 8)
-    expected = reference_attention(x, attn, bias_fn=lambda h, i, j: t5.bias.weight[t5_bucket_reference(i - j, 8, 10), h])
+    expected = reference_attention(
+        x, attn, bias_fn=lambda h, i, j: t5.bias.weight[t5_bucket_reference(i - j, 8, 10), h]
+    )
     torch.testing.assert_close(attn(x, torch.arange(12)), expected, atol=1e-5, rtol=1e-4)
 
 
@@ -347,9 +389,20 @@ def test_learned_relative_terms_get_gradients(name):
 def test_every_name_builds_and_unknown_names_are_listed():
     assert POSITIONAL_NAMES == ("learned", "sinusoidal", "rope", "alibi", "t5", "shaw", "none")
     acts = {n: positional_scheme(n).acts for n in POSITIONAL_NAMES}
-    assert acts == {"learned": "input", "sinusoidal": "input", "rope": "rotate", "alibi": "score", "t5": "score", "shaw": "score", "none": "none"}
+    assert acts == {
+        "learned": "input",
+        "sinusoidal": "input",
+        "rope": "rotate",
+        "alibi": "score",
+        "t5": "score",
+        "shaw": "score",
+        "none": "none",
+    }
     for n in POSITIONAL_NAMES:
         inp, att = input_positional(n, context_length=8, dim=8), attention_positional(n, n_heads=2, head_dim=4)
         assert (inp is not None) == (acts[n] == "input") and (att is not None) == (acts[n] in ("rotate", "score"))
-    with pytest.raises(ValueError, match=r"unknown positional scheme 'xpos'; choose one of learned, sinusoidal, rope, alibi, t5, shaw, none"):
+    with pytest.raises(
+        ValueError,
+        match=r"unknown positional scheme 'xpos'; choose one of learned, sinusoidal, rope, alibi, t5, shaw, none",
+    ):
         tokembed.InputEmbedding(10, 4, 4, positional="xpos")

@@ -14,11 +14,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import tokembed.prepare as prep
-import tokembed.units as units
+import tokembed.shards.folder as folder
+import tokembed.shards.prepare as prep
+import tokembed.shards.units as units
+from tokembed._atomic import atomic_write
 from tokembed.cli import main
-from tokembed.prepare import PrepareConfig, merge_manifests, prepare_corpus
-from tokembed.shards import check_shards, open_shards
+from tokembed.shards.check import check_shards
+from tokembed.shards.config import PrepareConfig
+from tokembed.shards.prepare import merge_manifests, prepare_corpus
+from tokembed.shards.reader import open_shards
 from tokembed.tokenizer import get_tokenizer
 
 ENC = get_tokenizer("gpt2")
@@ -76,7 +80,11 @@ def test_round_trip_gives_back_every_document_and_the_reference_tokens(corpus, t
     m = res.manifest
     assert m["dtype"] == "uint16" and m["tokenizer"]["n_vocab"] == 50257 and m["tokenizer"]["eot_token"] == 50256
     assert m["splits"]["train"]["documents"] == len(docs) and m["splits"]["val"]["documents"] == 0
-    assert [Path(f["path"]).name for f in m["inputs"]] == ["a-story.txt", *[f"spec-{i}.md" for i in range(5)], "z-mixed.jsonl"]
+    assert [Path(f["path"]).name for f in m["inputs"]] == [
+        "a-story.txt",
+        *[f"spec-{i}.md" for i in range(5)],
+        "z-mixed.jsonl",
+    ]
     assert m["inputs"][0]["tokens"] == 5145 and m["inputs"][0]["chars"] == 20479  # the chapter's numbers for the story
     assert check_shards(tmp_path / "out") == []
 
@@ -129,7 +137,11 @@ def test_val_split_is_deterministic_by_document(tmp_path):
 def test_stdin_input(tmp_path):
     docs = ["first document", "second one ✨"]
     data = "".join(json.dumps({"text": d}) + "\n" for d in docs).encode()
-    r = subprocess.run([*TOKEMBED, "prepare", "-", "--format", "jsonl", "--out", str(tmp_path / "o"), "--workers", "1", "-q"], input=data, capture_output=True)
+    r = subprocess.run(
+        [*TOKEMBED, "prepare", "-", "--format", "jsonl", "--out", str(tmp_path / "o"), "--workers", "1", "-q"],
+        input=data,
+        capture_output=True,
+    )
     assert r.returncode == 0, r.stderr.decode()
     assert decoded_documents(tmp_path / "o") == docs
 
@@ -179,7 +191,7 @@ def test_resume_after_a_crash_is_byte_identical(corpus, tmp_path, monkeypatch):
     src, _ = corpus
     prepare_corpus([src], tmp_path / "ref", workers=1, shard_mb=0.01, val_fraction=0.3)
     out = tmp_path / "out"
-    real = prep._write_unit
+    real = prep.write_unit
     calls = {"n": 0}
 
     def crashing(out_, result, dtype):
@@ -187,18 +199,18 @@ def test_resume_after_a_crash_is_byte_identical(corpus, tmp_path, monkeypatch):
         if calls["n"] == 3:
             # Die half-way through a unit: one shard written, its record not.
             split, r = next(iter(result["splits"].items()))
-            prep.atomic_write(out_ / f"{split}/{result['unit']:05d}.bin", r["tokens"][: len(r["tokens"]) // 2])
+            atomic_write(out_ / f"{split}/{result['unit']:05d}.bin", r["tokens"][: len(r["tokens"]) // 2])
             (out_ / split / f".{result['unit']:05d}.idx.tmp-1-dead").write_bytes(b"half")
             raise Crash
         return real(out_, result, dtype)
 
-    monkeypatch.setattr(prep, "_write_unit", crashing)
+    monkeypatch.setattr(prep, "write_unit", crashing)
     with pytest.raises(Crash):
         prepare_corpus([src], out, workers=1, shard_mb=0.01, val_fraction=0.3)
     assert not (out / "manifest.json").exists()
     with pytest.raises(FileNotFoundError, match="looks like an unfinished `tokembed prepare`: rerun the same command"):
         open_shards(out)
-    monkeypatch.setattr(prep, "_write_unit", real)
+    monkeypatch.setattr(prep, "write_unit", real)
     res = prepare_corpus([src], out, workers=1, shard_mb=0.01, val_fraction=0.3)
     assert res.units_skipped == 2 and res.units_done == res.units - 2
     assert folder_bytes(out) == folder_bytes(tmp_path / "ref")
@@ -211,21 +223,21 @@ def test_resume_redoes_a_unit_whose_shard_was_damaged(corpus, tmp_path, monkeypa
     src, _ = corpus
     prepare_corpus([src], tmp_path / "ref", workers=1, shard_mb=0.01)
     out = tmp_path / "out"
-    real = prep._write_unit
+    real = prep.write_unit
 
     def crash_on_unit_3(out_, result, dtype):
         if result["unit"] == 3:
             raise Crash
         return real(out_, result, dtype)
 
-    monkeypatch.setattr(prep, "_write_unit", crash_on_unit_3)
+    monkeypatch.setattr(prep, "write_unit", crash_on_unit_3)
     with pytest.raises(Crash):
         prepare_corpus([src], out, workers=1, shard_mb=0.01)
     p = out / "train" / "00001.bin"
     b = bytearray(p.read_bytes())
     b[0] ^= 0xFF
     p.write_bytes(bytes(b))  # a finished shard damaged between the runs
-    monkeypatch.setattr(prep, "_write_unit", real)
+    monkeypatch.setattr(prep, "write_unit", real)
     res = prepare_corpus([src], out, workers=1, shard_mb=0.01)
     assert res.units_skipped == 2  # units 0 and 2; unit 1 is tokenized again
     assert folder_bytes(out) == folder_bytes(tmp_path / "ref")
@@ -234,14 +246,14 @@ def test_resume_redoes_a_unit_whose_shard_was_damaged(corpus, tmp_path, monkeypa
 def test_resume_never_reuses_a_unit_whose_input_changed(tmp_path, monkeypatch):
     docs = [f"doc {i} " * 40 for i in range(60)]
     write_jsonl(tmp_path / "in.jsonl", docs)
-    real = prep._write_unit
+    real = prep.write_unit
 
     def crash_on_unit_2(out_, result, dtype):
         if result["unit"] == 2:
             raise Crash
         return real(out_, result, dtype)
 
-    monkeypatch.setattr(prep, "_write_unit", crash_on_unit_2)
+    monkeypatch.setattr(prep, "write_unit", crash_on_unit_2)
     with pytest.raises(Crash):
         prepare_corpus([tmp_path / "in.jsonl"], tmp_path / "out", workers=1, shard_mb=0.002)
     monkeypatch.undo()
@@ -267,7 +279,7 @@ def test_a_resume_on_changed_input_leaves_no_stale_shard(tmp_path, monkeypatch, 
         second = [val_doc, "x" * (size(first) - size([val_doc, ""]))]
     src = tmp_path / "in.jsonl"
     write_jsonl(src, first)
-    real, written = prep._write_unit, []
+    real, written = prep.write_unit, []
 
     def crash_after_four_units(out_, result, dtype):
         if len(written) == 4:
@@ -275,7 +287,7 @@ def test_a_resume_on_changed_input_leaves_no_stale_shard(tmp_path, monkeypatch, 
         written.append(result["unit"])
         return real(out_, result, dtype)
 
-    monkeypatch.setattr(prep, "_write_unit", crash_after_four_units)
+    monkeypatch.setattr(prep, "write_unit", crash_after_four_units)
     with pytest.raises(Crash):
         prepare_corpus([src], tmp_path / "out", workers=1, shard_mb=0.00015, val_fraction=0.5)
     monkeypatch.undo()
@@ -317,12 +329,17 @@ def test_invalid_utf8_is_replaced_and_counted_or_fails_with_strict(tmp_path):
 
 def test_bad_json_lines(tmp_path):
     p = tmp_path / "b.jsonl"
-    p.write_text('{"text": "one"}\n\n{"text": "two"\n{"body": "three"}\n[1, 2]\n{"text": 5}\n{"text": ""}\n{"text": "four"}\n')
+    p.write_text(
+        '{"text": "one"}\n\n{"text": "two"\n{"body": "three"}\n[1, 2]\n{"text": 5}\n{"text": ""}\n{"text": "four"}\n'
+    )
     with pytest.raises(ValueError, match=r"b.jsonl, line 3: not valid JSON .*--skip-bad-lines"):
         prepare_corpus([p], tmp_path / "o", workers=1)
     p2 = tmp_path / "c.jsonl"
     p2.write_text('{"text": "one"}\n{"body": "three"}\n')
-    with pytest.raises(ValueError, match=r"c.jsonl, line 2: the JSON record lacks the field 'text' \(it has 'body'\); choose the field with --field"):
+    with pytest.raises(
+        ValueError,
+        match=r"c.jsonl, line 2: the JSON record lacks the field 'text' \(it has 'body'\); choose the field with --field",
+    ):
         prepare_corpus([p2], tmp_path / "o", workers=1, overwrite=True)
     p3 = tmp_path / "d.jsonl"
     p3.write_text('{"text": 5}\n')
@@ -406,10 +423,16 @@ def test_option_errors(tmp_path):
 def test_cli_prepare_check_stats(corpus, tmp_path, capsys):
     src, docs = corpus
     out = tmp_path / "out"
-    assert main(["prepare", str(src), "--out", str(out), "--workers", "1", "--val-fraction", "0.3", "--shard-mb", "0.01"]) == 0
+    assert (
+        main(["prepare", str(src), "--out", str(out), "--workers", "1", "--val-fraction", "0.3", "--shard-mb", "0.01"])
+        == 0
+    )
     err = capsys.readouterr().err
     assert "train:" in err and "tokens/s" in err
-    assert main(["prepare", str(src), "--out", str(out), "--workers", "1", "--val-fraction", "0.3", "--shard-mb", "0.01"]) == 0
+    assert (
+        main(["prepare", str(src), "--out", str(out), "--workers", "1", "--val-fraction", "0.3", "--shard-mb", "0.01"])
+        == 0
+    )
     assert "nothing to do" in capsys.readouterr().err
     assert main(["check", str(out)]) == 0
     assert "OK" in capsys.readouterr().out
@@ -471,9 +494,9 @@ def test_a_rank_only_removes_its_own_temporary_files(tmp_path):
     names = [f".{u:05d}.bin.tmp-1-ab" for u in range(4)] + [".plan.json.tmp-2-cd"]
     for n in names:
         (tmp_path / "train" / n).write_bytes(b"partial")
-    prep._remove_leftovers(tmp_path, rank=1, world_size=2)  # another rank may be writing units 0 and 2 now
+    folder.remove_leftovers(tmp_path, rank=1, world_size=2)  # another rank may be writing units 0 and 2 now
     assert sorted(p.name for p in (tmp_path / "train").iterdir()) == [names[0], names[2], names[4]]
-    prep._remove_leftovers(tmp_path)
+    folder.remove_leftovers(tmp_path)
     assert list((tmp_path / "train").iterdir()) == []
     (tmp_path / "t.txt").write_text("x")
     with pytest.raises(ValueError, match="--overwrite cannot be combined with --world-size > 1"):
@@ -489,7 +512,13 @@ def test_cli_quiet_prints_nothing(tmp_path, capsys):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.sampled_from(["<|endoftext|>", "<|", "|>", " ", "\n", "a", "é", "🤖", "日本", "'s", "\ud800", "12", "\t"]), max_size=20).map("".join) | st.text(max_size=80))
+@given(
+    st.lists(
+        st.sampled_from(["<|endoftext|>", "<|", "|>", " ", "\n", "a", "é", "🤖", "日本", "'s", "\ud800", "12", "\t"]),
+        max_size=20,
+    ).map("".join)
+    | st.text(max_size=80)
+)
 def test_fast_encoder_path_equals_encode_ordinary(text):
     # prepare encodes with encode_to_numpy (no Python list); it must be exactly encode_ordinary.
     assert units._encode_ordinary(ENC, text).tolist() == ENC.encode_ordinary(text)
@@ -507,9 +536,18 @@ def test_truncated_gzip_and_missing_ray_are_clear_errors(tmp_path, monkeypatch):
 
 
 def test_inputs_are_expanded_sorted_and_deduplicated(tmp_path):
-    from tokembed.sources import resolve_inputs
+    from tokembed.shards.sources import resolve_inputs
 
-    for rel in ["b/2.md", "b/1.txt", "a.jsonl", "c/d/e.txt.gz", ".hidden/x.txt", "b/.secret.txt", "b/image.png", "z.ndjson.gz"]:
+    for rel in [
+        "b/2.md",
+        "b/1.txt",
+        "a.jsonl",
+        "c/d/e.txt.gz",
+        ".hidden/x.txt",
+        "b/.secret.txt",
+        "b/image.png",
+        "z.ndjson.gz",
+    ]:
         p = tmp_path / rel
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_bytes(b"")
@@ -517,15 +555,23 @@ def test_inputs_are_expanded_sorted_and_deduplicated(tmp_path):
     backward = resolve_inputs([str(tmp_path / "b" / "*.md"), tmp_path, tmp_path / "z.ndjson.gz"])
     assert forward == backward
     rel = [(str(Path(f.path).relative_to(tmp_path)), f.format, f.compressed) for f in forward]
-    assert rel == [("a.jsonl", "jsonl", False), ("b/1.txt", "text", False), ("b/2.md", "text", False),
-                   ("c/d/e.txt.gz", "text", True), ("z.ndjson.gz", "jsonl", True)]
+    assert rel == [
+        ("a.jsonl", "jsonl", False),
+        ("b/1.txt", "text", False),
+        ("b/2.md", "text", False),
+        ("c/d/e.txt.gz", "text", True),
+        ("z.ndjson.gz", "jsonl", True),
+    ]
     assert resolve_inputs([tmp_path / "b" / "image.png"], format="text")[0].format == "text"
 
 
 def test_library_and_cli_runs_of_the_same_settings_are_the_same_folder(tmp_path, capsys):
     (tmp_path / "t.txt").write_text("one small document")
     prepare_corpus([tmp_path / "t.txt"], tmp_path / "o", workers=1, shard_mb=8, val_fraction=0)
-    assert main(["prepare", str(tmp_path / "t.txt"), "--out", str(tmp_path / "o"), "--shard-mb", "8", "--workers", "2"]) == 0
+    assert (
+        main(["prepare", str(tmp_path / "t.txt"), "--out", str(tmp_path / "o"), "--shard-mb", "8", "--workers", "2"])
+        == 0
+    )
     assert "nothing to do" in capsys.readouterr().err
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tokembed.shards import check_shards
+from tokembed.shards.check import check_shards
 
 TRIALS = int(os.environ.get("TOKEMBED_KILL_TRIALS", "3"))
 
@@ -39,18 +39,36 @@ def write_corpus(d: Path, texts: list[str], *, seed: int, n_lines: int, book_cop
 @pytest.fixture(scope="module")
 def kill_corpus(tmp_path_factory, story, spec_texts):
     """About 1.5 MB in many small units; the text file (about 200 KB) is cut into pieces."""
-    return write_corpus(tmp_path_factory.mktemp("killcorpus"), [story, *spec_texts], seed=0, n_lines=3000, book_copies=1)
+    return write_corpus(
+        tmp_path_factory.mktemp("killcorpus"), [story, *spec_texts], seed=0, n_lines=3000, book_copies=1
+    )
 
 
 @pytest.fixture(scope="module")
 def large_corpus(tmp_path_factory, story, spec_texts):
     """Units of more than one part (1 MiB each), and a text document (about 2.4 MB) cut into pieces."""
-    return write_corpus(tmp_path_factory.mktemp("killlarge"), [story, *spec_texts], seed=1, n_lines=4000, book_copies=12)
+    return write_corpus(
+        tmp_path_factory.mktemp("killlarge"), [story, *spec_texts], seed=1, n_lines=4000, book_copies=12
+    )
 
 
 def prepare_cmd(src: Path, out: Path, workers: int, shard_mb: float = 0.05) -> list[str]:
-    return [sys.executable, "-m", "tokembed", "prepare", str(src), "--out", str(out), "--shard-mb", str(shard_mb),
-            "--val-fraction", "0.1", "--workers", str(workers), "--quiet"]
+    return [
+        sys.executable,
+        "-m",
+        "tokembed",
+        "prepare",
+        str(src),
+        "--out",
+        str(out),
+        "--shard-mb",
+        str(shard_mb),
+        "--val-fraction",
+        "0.1",
+        "--workers",
+        str(workers),
+        "--quiet",
+    ]
 
 
 def run_and_kill(cmd: list[str], after: float) -> bool:

@@ -18,12 +18,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import tokembed.units as units
-from tokembed.prepare import PrepareConfig, prepare_corpus
-from tokembed.shards import check_shards, open_shards
-from tokembed.sources import Span, plan_units, read_span, resolve_inputs, safe_cut
+import tokembed.shards.units as units
+from tokembed.data.plan import window_count
+from tokembed.data.windows import SlidingWindowDataset
+from tokembed.shards.check import check_shards
+from tokembed.shards.config import PrepareConfig
+from tokembed.shards.prepare import prepare_corpus
+from tokembed.shards.reader import open_shards
+from tokembed.shards.sources import Span, plan_units, read_span, resolve_inputs, safe_cut
 from tokembed.tokenizer import get_tokenizer
-from tokembed.windows import SlidingWindowDataset, window_count
 
 ENC = get_tokenizer("gpt2")
 EOT = ENC.eot_token
@@ -55,9 +58,9 @@ def big_text(story: str, spec_texts: list[str], copies: int) -> str:
 # Characters that stress GPT-2's pre-tokenizer: ASCII and Unicode whitespace (NBSP, ideographic space,
 # line separator), contractions, digits, punctuation, CJK, emoji with joiners, combining marks.
 # Whitespace is drawn half of the time, so runs of it (where a wrong cut would show) are common.
-ALPHABET = st.sampled_from([" ", "  ", "\t", "\n", "\n\n", "\r\n", "\x0b", "\x0c", "\u00a0", "\u3000", "\u2028", "\u0085"]) | st.sampled_from(
-    list("abZ9'sllvedmt.,!?-_\"") + ["日本", "é", "e\u0301", "👩🏽‍💻", "🇫🇷", "ﬁ", "\x07", "\x1c", "₂"]
-)
+ALPHABET = st.sampled_from(
+    [" ", "  ", "\t", "\n", "\n\n", "\r\n", "\x0b", "\x0c", "\u00a0", "\u3000", "\u2028", "\u0085"]
+) | st.sampled_from(list("abZ9'sllvedmt.,!?-_\"") + ["日本", "é", "e\u0301", "👩🏽‍💻", "🇫🇷", "ﬁ", "\x07", "\x1c", "₂"])
 
 
 @settings(max_examples=300)
@@ -77,7 +80,9 @@ def test_safe_cuts_in_the_chapter_texts(story, spec_texts):
         cuts = all_safe_cuts(data)
         assert len(cuts) > len(data) // 40  # prose has a cut point every few words, in every language
         for i in cuts[:: max(1, len(cuts) // 25)]:
-            assert ENC.encode_ordinary(data[:i].decode("utf-8")) + ENC.encode_ordinary(data[i:].decode("utf-8")) == whole
+            assert (
+                ENC.encode_ordinary(data[:i].decode("utf-8")) + ENC.encode_ordinary(data[i:].decode("utf-8")) == whole
+            )
 
 
 def test_safe_cut_refuses_places_inside_whitespace_or_characters():
@@ -102,7 +107,9 @@ def test_plan_cuts_a_large_text_file_into_bounded_pieces(tmp_path, story):
     assert sum(d for _, d in units) == p.stat().st_size
     q = tmp_path / "solid.txt"
     q.write_bytes(b"x" * 20000)  # no whitespace at all: it cannot be cut, it stays whole
-    assert [(sp.start, sp.end, sp.flags) for spans, _ in plan_units(resolve_inputs([q]), unit) for sp in spans] == [(0, 20000, 0)]
+    assert [(sp.start, sp.end, sp.flags) for spans, _ in plan_units(resolve_inputs([q]), unit) for sp in spans] == [
+        (0, 20000, 0)
+    ]
 
 
 # ------------------------------------------------------------------------------------------- through disk
@@ -117,9 +124,13 @@ def test_a_text_file_larger_than_a_shard_spans_shards_and_reads_back_whole(tmp_p
     ss = open_shards(tmp_path / "out", verify=True)
     assert len(ss.shards) >= 10 and res.manifest["version"] == 2
     assert decoded(tmp_path / "out") == [text, "a small document after it"]
-    assert ss.read(0, ss.n_tokens).tolist() == ENC.encode_ordinary(text) + [EOT] + ENC.encode_ordinary("a small document after it") + [EOT]
+    assert ss.read(0, ss.n_tokens).tolist() == ENC.encode_ordinary(text) + [EOT] + ENC.encode_ordinary(
+        "a small document after it"
+    ) + [EOT]
     assert ss.n_documents == 2 and ss.doc_starts().tolist() == [0, len(ENC.encode_ordinary(text)) + 1]
-    assert [ss.index(i).tolist() for i in range(len(ss.shards) - 1)] == [[0]] + [[]] * (len(ss.shards) - 2)  # it begins in shard 0 only
+    assert [ss.index(i).tolist() for i in range(len(ss.shards) - 1)] == [[0]] + [[]] * (
+        len(ss.shards) - 2
+    )  # it begins in shard 0 only
     big = res.manifest["inputs"][0]
     assert (big["documents"], big["tokens"], big["chars"]) == (1, len(ENC.encode_ordinary(text)), len(text))
     assert check_shards(tmp_path / "out") == []
@@ -142,8 +153,24 @@ def test_workers_gzip_and_stdin_cut_a_large_document_identically(tmp_path, story
     prepare_corpus([plain], tmp_path / "w1", workers=1, **opts)
     prepare_corpus([plain], tmp_path / "w2", workers=2, **opts)
     prepare_corpus([tmp_path / "gz"], tmp_path / "gzip", workers=1, **opts)
-    r = subprocess.run([*TOKEMBED, "prepare", "-", "--format", "text", "--shard-mb", "0.015", "--out", str(tmp_path / "stdin"), "--workers", "1", "-q"],
-                       input=plain.read_bytes(), capture_output=True)
+    r = subprocess.run(
+        [
+            *TOKEMBED,
+            "prepare",
+            "-",
+            "--format",
+            "text",
+            "--shard-mb",
+            "0.015",
+            "--out",
+            str(tmp_path / "stdin"),
+            "--workers",
+            "1",
+            "-q",
+        ],
+        input=plain.read_bytes(),
+        capture_output=True,
+    )
     assert r.returncode == 0, r.stderr.decode()
     ref = folder_bytes(tmp_path / "w1")
     assert len([k for k in ref if k.endswith(".bin")]) > 8
@@ -174,7 +201,9 @@ def test_a_cut_document_goes_to_one_split_by_the_documented_rule(tmp_path, monke
         h = int.from_bytes(hashlib.blake2b(text.encode("utf-8")[:key], digest_size=8).digest(), "little")
         return h < 0.5 * 2.0**64
 
-    straddling = sum(len(d.encode()[: key + 1].decode("utf-8", "ignore").encode()) != len(d.encode()[:key + 1]) for d in docs)
+    straddling = sum(
+        len(d.encode()[: key + 1].decode("utf-8", "ignore").encode()) != len(d.encode()[: key + 1]) for d in docs
+    )
     assert straddling > 3  # the key's end falls inside a character in several documents
     want_val = [d for d in docs if expected_val(d)]
     want_train = [d for d in docs if not expected_val(d)]
@@ -202,18 +231,28 @@ def test_line_numbers_in_errors_from_later_units_plain_and_gzip(tmp_path, monkey
     offset = len("\n".join(lines[:56])) + 1
     for name in ("a.jsonl", "b.jsonl.gz"):
         with pytest.raises(ValueError, match=rf"{name}, line 57: not valid JSON"):
-            prepare_corpus([tmp_path / name], tmp_path / f"o-{name}", workers=1, shard_mb=0.0002 if part_bytes is None else 0.001)
+            prepare_corpus(
+                [tmp_path / name], tmp_path / f"o-{name}", workers=1, shard_mb=0.0002 if part_bytes is None else 0.001
+            )
     bad = bytearray(data)
     bad[offset + 11] = 0xFF
     (tmp_path / "c.jsonl").write_bytes(bytes(bad))
     with pytest.raises(ValueError, match=rf"c.jsonl, line 57: invalid UTF-8 at byte offset {offset + 11}"):
-        prepare_corpus([tmp_path / "c.jsonl"], tmp_path / "o-c", workers=1, shard_mb=0.0002 if part_bytes is None else 0.001, strict=True)
+        prepare_corpus(
+            [tmp_path / "c.jsonl"],
+            tmp_path / "o-c",
+            workers=1,
+            shard_mb=0.0002 if part_bytes is None else 0.001,
+            strict=True,
+        )
 
 
 def test_a_file_that_shrinks_after_planning_is_a_clear_error(tmp_path):
     p = tmp_path / "t.txt"
     p.write_bytes(b"0123456789")
-    with pytest.raises(ValueError, match=r"t.txt changed while it was being prepared \(read 10 of 100 bytes at offset 0\); rerun"):
+    with pytest.raises(
+        ValueError, match=r"t.txt changed while it was being prepared \(read 10 of 100 bytes at offset 0\); rerun"
+    ):
         read_span(Span(0, 0, 100), str(p))
     assert read_span(Span(0, 2, 5), str(p)) == b"234"
 
@@ -249,11 +288,14 @@ def test_tokenizing_units_in_small_parts_changes_no_byte(tmp_path, story, spec_t
     for p in src.iterdir():
         (gz / (p.name + ".gz")).write_bytes(gzip.compress(p.read_bytes()))
     prepare_corpus([gz], tmp_path / "parts-gz", workers=1, **opts)
-    assert {k: v for k, v in folder_bytes(tmp_path / "parts-gz").items() if k != "manifest.json"} == {k: v for k, v in ref.items() if k != "manifest.json"}
+    assert {k: v for k, v in folder_bytes(tmp_path / "parts-gz").items() if k != "manifest.json"} == {
+        k: v for k, v in ref.items() if k != "manifest.json"
+    }
     docs = [story, *spec_texts, big_text(story, spec_texts, 1), *[json.loads(x)["text"] for x in lines]]
     got = decoded(tmp_path / "whole", "train") + decoded(tmp_path / "whole", "val")
     assert sorted(got) == sorted(docs)
     if val:
+
         def expected_val(text: str) -> bool:
             h = int.from_bytes(hashlib.blake2b(text.encode("utf-8")[:300], digest_size=8).digest(), "little")
             return h < val * 2.0**64

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-import tokembed.units as units
-from tokembed.prepare import prepare_corpus
+import tokembed.shards.units as units
+from tokembed.shards.prepare import prepare_corpus
 
 ray = pytest.importorskip("ray")
 
@@ -50,6 +50,6 @@ def test_ray_engine_gives_the_same_bytes_and_the_same_errors(local_ray, tmp_path
 def test_import_tokembed_does_not_import_ray():
     import subprocess
 
-    code = "import sys, tokembed, tokembed.prepare, tokembed.shards; print('ray' in sys.modules)"
+    code = "import sys, tokembed, tokembed.shards.prepare, tokembed.shards.reader; print('ray' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"

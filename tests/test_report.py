@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
 import json
 import os
@@ -19,11 +20,11 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from inspect_helpers import V, gpt2_state, planted_table, write_checkpoint
 from safetensors.torch import save_file
 
+from inspect_helpers import V, gpt2_state, planted_table, write_checkpoint
 from tokembed.cli import main
-from tokembed.report import ReportConfig, write_report
+from tokembed.inspection.report import ReportConfig, write_report
 
 FAST = ReportConfig(n_points=300, tsne=False)
 
@@ -97,8 +98,14 @@ def test_report_holds_the_neighbour_tables_and_settings(report, ckpt):
 
 def test_report_on_gpt2_tables_and_on_a_rope_checkpoint(tmp_path):
     save_file({"transformer." + k: v for k, v in gpt2_state().items()}, str(tmp_path / "model.safetensors"))
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_embd": 8, "n_positions": 1024}))  # a Hugging Face snapshot
-    out = write_report(tmp_path, tmp_path / "gpt2.html", config=ReportConfig(n_points=200, tsne=False, words=[" king", "Gisburn", " queen"]))
+    (tmp_path / "config.json").write_text(
+        json.dumps({"model_type": "gpt2", "n_embd": 8, "n_positions": 1024})
+    )  # a Hugging Face snapshot
+    out = write_report(
+        tmp_path,
+        tmp_path / "gpt2.html",
+        config=ReportConfig(n_points=200, tsne=False, words=[" king", "Gisburn", " queen"]),
+    )
     text = " ".join(parse(out).text)
     assert "GPT-2" in text and "1,024 positions" in text and "No corpus was given" in text
     rope = write_checkpoint(tmp_path / "rope", torch.randn(V, 8), positional="rope", log=False)
@@ -158,7 +165,13 @@ class DevTools:
             os.set_inheritable(3, True)  # dup2(fd, fd) is a no-op that would leave close-on-exec set
             os.set_inheritable(4, True)
 
-        self.proc = subprocess.Popen([exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "about:blank"], preexec_fn=wire, close_fds=False, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.proc = subprocess.Popen(
+            [exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "about:blank"],
+            preexec_fn=wire,
+            close_fds=False,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
         os.close(to_child_r)
         os.close(from_child_w)
         self._buf, self._next = b"", 0
@@ -173,7 +186,9 @@ class DevTools:
                     return msg
             chunk = os.read(self._r, 1 << 20)
             if not chunk:
-                raise RuntimeError("chromium closed the DevTools pipe: " + self.proc.stderr.read().decode(errors="replace")[-2000:])
+                raise RuntimeError(
+                    "chromium closed the DevTools pipe: " + self.proc.stderr.read().decode(errors="replace")[-2000:]
+                )
             self._buf += chunk
         raise TimeoutError("chromium did not answer in time")
 
@@ -192,10 +207,8 @@ class DevTools:
         return self._read(lambda m: m.get("method") == method and m.get("sessionId") == session)
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(RuntimeError, TimeoutError, OSError):
             self.call("Browser.close")
-        except (RuntimeError, TimeoutError, OSError):
-            pass
         try:
             self.proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
@@ -217,7 +230,9 @@ def render(html: Path) -> tuple[list[dict], bytes]:
         browser.call("Page.navigate", {"url": html.resolve().as_uri()}, session=s)
         browser.wait_event("Page.loadEventFired", s)
         js = "JSON.stringify(Array.from(document.images).map(i => ({complete: i.complete, w: i.naturalWidth, h: i.naturalHeight})))"
-        images = json.loads(browser.call("Runtime.evaluate", {"expression": js, "returnByValue": True}, session=s)["result"]["value"])
+        images = json.loads(
+            browser.call("Runtime.evaluate", {"expression": js, "returnByValue": True}, session=s)["result"]["value"]
+        )
         shot = base64.b64decode(browser.call("Page.captureScreenshot", {"format": "png"}, session=s)["data"])
         return images, shot
     finally:
@@ -255,7 +270,7 @@ def test_cli_report_with_tsne(ckpt, tmp_path, capsys):
 @settings(max_examples=50, deadline=None)
 @given(st.integers(3, 300), st.integers(1, 50), st.integers(0, 2**31 - 1))
 def test_projection_labels_never_overlap_and_the_most_frequent_comes_first(n, top, seed):
-    from tokembed.plot import _spread_labels
+    from tokembed.inspection.plot import _spread_labels
 
     rng = np.random.default_rng(seed)
     xy = rng.standard_normal((n, 2)) * rng.uniform(0.01, 100)

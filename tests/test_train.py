@@ -10,17 +10,27 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import tokembed
+from conftest import STORY
 from tokembed import GPTConfig, TrainConfig, load_checkpoint, train
 from tokembed.cli import main
-from tokembed.training import load_training_data, lr_at
-
-from conftest import STORY
+from tokembed.training.config import lr_at
+from tokembed.training.data import load_training_data
 
 TINY = GPTConfig(context_length=16, dim=16, n_layers=1, n_heads=2)
 
 
 def cfg(tmp_path, name="run", **kw):
-    base = dict(data=str(STORY), out=str(tmp_path / name), max_length=16, batch_size=4, max_steps=6, eval_interval=3, eval_batches=2, checkpoint_interval=3, warmup_steps=2)
+    base = dict(
+        data=str(STORY),
+        out=str(tmp_path / name),
+        max_length=16,
+        batch_size=4,
+        max_steps=6,
+        eval_interval=3,
+        eval_batches=2,
+        checkpoint_interval=3,
+        warmup_steps=2,
+    )
     return TrainConfig(**{**base, **kw})
 
 
@@ -31,16 +41,19 @@ def test_learning_rate_schedule_warmup_then_cosine():
     assert lr_at(110, c) == pytest.approx(1e-4) and lr_at(500, c) == pytest.approx(1e-4)
 
 
-@pytest.mark.parametrize("kwargs, msg", [
-    (dict(max_length=0), r"max_length must be >= 1, got 0"),
-    (dict(lr=-1.0), r"lr must be > 0, got -1.0"),
-    (dict(val_fraction=1.0), r"val_fraction must be in \(0, 1\), got 1.0"),
-    (dict(warmup_steps=-1), r"warmup_steps must be an integer >= 0, got -1"),
-    (dict(weight_decay=-0.1), r"weight_decay and grad_clip must be >= 0, got -0.1 and 1.0"),
-    (dict(beta2=1.0), r"beta1 and beta2 must be in \[0, 1\), got 0.9 and 1.0"),
-    (dict(min_lr_ratio=2.0), r"min_lr_ratio must be in \[0, 1\], got 2.0"),
-    (dict(seed=-1), r"seed must be an integer >= 0, got -1"),
-])
+@pytest.mark.parametrize(
+    "kwargs, msg",
+    [
+        (dict(max_length=0), r"max_length must be >= 1, got 0"),
+        (dict(lr=-1.0), r"lr must be > 0, got -1.0"),
+        (dict(val_fraction=1.0), r"val_fraction must be in \(0, 1\), got 1.0"),
+        (dict(warmup_steps=-1), r"warmup_steps must be an integer >= 0, got -1"),
+        (dict(weight_decay=-0.1), r"weight_decay and grad_clip must be >= 0, got -0.1 and 1.0"),
+        (dict(beta2=1.0), r"beta1 and beta2 must be in \[0, 1\), got 0.9 and 1.0"),
+        (dict(min_lr_ratio=2.0), r"min_lr_ratio must be in \[0, 1\], got 2.0"),
+        (dict(seed=-1), r"seed must be an integer >= 0, got -1"),
+    ],
+)
 def test_bad_train_configs(kwargs, msg):
     with pytest.raises(ValueError, match=msg):
         TrainConfig(data="x", out="y", **kwargs)
@@ -66,7 +79,13 @@ def test_checkpoint_layout_and_round_trip(tmp_path):
     assert weights["embed.token.weight"].shape == (50257, 16) and weights["embed.position.weight"].shape == (16, 16)
     assert "head.weight" not in weights  # tied: stored once
     log = json.loads((ckpt / "log.json").read_text())
-    assert [r["step"] for r in log["train"]] == [1, 2, 3, 4, 5, 6] and set(log["train"][0]) == {"step", "tokens", "loss", "lr", "tokens_per_s"}
+    assert [r["step"] for r in log["train"]] == [1, 2, 3, 4, 5, 6] and set(log["train"][0]) == {
+        "step",
+        "tokens",
+        "loss",
+        "lr",
+        "tokens_per_s",
+    }
     assert [r["step"] for r in log["val"]] == [3, 6]
     assert (ckpt / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (ckpt / "optimizer.pt").exists() and "loader" in json.loads((ckpt / "state.json").read_text())
@@ -118,14 +137,17 @@ def test_existing_out_needs_resume_and_resume_needs_a_checkpoint(tmp_path):
 
 
 def test_context_shorter_than_windows_is_refused(tmp_path):
-    with pytest.raises(ValueError, match=r"max_length=32 exceeds the model's context_length=16; lower max_length or raise context_length"):
+    with pytest.raises(
+        ValueError,
+        match=r"max_length=32 exceeds the model's context_length=16; lower max_length or raise context_length",
+    ):
         train(cfg(tmp_path, max_length=32), TINY, progress=False)
 
 
 def test_a_failed_save_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
     train(cfg(tmp_path, max_steps=3), TINY, progress=False)
     before = (tmp_path / "run" / "model.safetensors").read_bytes()
-    import tokembed.checkpoint as ck
+    import tokembed.model.checkpoint as ck
 
     def broken(*args, **kwargs):
         raise OSError("disk full")
@@ -141,19 +163,51 @@ def test_a_failed_save_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
 def test_init_embeddings_from_a_gpt2_file(tmp_path):
     torch.manual_seed(1)
     wte, wpe = torch.randn(50257, 16), torch.randn(1024, 16)
-    save_file({"wte.weight": wte, "wpe.weight": wpe, "h.0.ln_1.weight": torch.ones(16)}, str(tmp_path / "model.safetensors"))
-    train(cfg(tmp_path, max_steps=1, lr=1e-12, warmup_steps=0, weight_decay=0.0, init_embeddings=str(tmp_path / "model.safetensors")), TINY, progress=False)
+    save_file(
+        {"wte.weight": wte, "wpe.weight": wpe, "h.0.ln_1.weight": torch.ones(16)}, str(tmp_path / "model.safetensors")
+    )
+    train(
+        cfg(
+            tmp_path,
+            max_steps=1,
+            lr=1e-12,
+            warmup_steps=0,
+            weight_decay=0.0,
+            init_embeddings=str(tmp_path / "model.safetensors"),
+        ),
+        TINY,
+        progress=False,
+    )
     model, _ = load_checkpoint(tmp_path / "run")
     torch.testing.assert_close(model.embed.token.weight, wte, atol=1e-6, rtol=0)
     torch.testing.assert_close(model.embed.position.weight, wpe[:16], atol=1e-6, rtol=0)
-    with pytest.raises(ValueError, match=r"GPT-2 token table .* has shape \(50257, 16\), the model needs \(50257, 32\); use --dim 16"):
-        train(cfg(tmp_path, "wide", max_steps=1, init_embeddings=str(tmp_path / "model.safetensors")), GPTConfig(context_length=16, dim=32, n_heads=2, n_layers=1), progress=False)
+    with pytest.raises(
+        ValueError, match=r"GPT-2 token table .* has shape \(50257, 16\), the model needs \(50257, 32\); use --dim 16"
+    ):
+        train(
+            cfg(tmp_path, "wide", max_steps=1, init_embeddings=str(tmp_path / "model.safetensors")),
+            GPTConfig(context_length=16, dim=32, n_heads=2, n_layers=1),
+            progress=False,
+        )
 
 
 @pytest.mark.slow
 def test_a_tiny_model_learns_the_story(tmp_path):
     # The default tiny model (dim 64, 2 layers), 30 steps of 8 x 32 tokens: far under ln(50257) = 10.8.
-    result = train(cfg(tmp_path, max_length=32, batch_size=8, max_steps=30, eval_interval=30, checkpoint_interval=30, warmup_steps=5, eval_batches=8), None, progress=False)
+    result = train(
+        cfg(
+            tmp_path,
+            max_length=32,
+            batch_size=8,
+            max_steps=30,
+            eval_interval=30,
+            checkpoint_interval=30,
+            warmup_steps=5,
+            eval_batches=8,
+        ),
+        None,
+        progress=False,
+    )
     first = result.log["train"][0]["loss"]
     assert first == pytest.approx(math.log(50257), abs=0.3)
     assert result.train_loss < 7.0 and result.val_loss < 7.5
@@ -165,12 +219,25 @@ def test_a_tiny_model_learns_the_story(tmp_path):
 def test_eval_reports_learned_positions_as_not_applicable_past_the_table(tmp_path):
     train(cfg(tmp_path, max_steps=2), TINY, progress=False)
     rows = tokembed.evaluate(tmp_path / "run", lengths=[16, 32], max_windows=3)
-    assert rows[0]["length"] == 16 and rows[0]["windows"] == 3 and rows[0]["perplexity"] == pytest.approx(math.exp(rows[0]["loss"]))
-    assert rows[1] == {"length": 32, "loss": None, "perplexity": None, "note": "learned positions stop at 16: the table has no row for position 16 and beyond"}
+    assert (
+        rows[0]["length"] == 16
+        and rows[0]["windows"] == 3
+        and rows[0]["perplexity"] == pytest.approx(math.exp(rows[0]["loss"]))
+    )
+    assert rows[1] == {
+        "length": 32,
+        "loss": None,
+        "perplexity": None,
+        "note": "learned positions stop at 16: the table has no row for position 16 and beyond",
+    }
 
 
 def test_eval_equals_the_mean_loss_over_windows(tmp_path):
-    train(cfg(tmp_path, max_steps=1), GPTConfig(context_length=16, dim=16, n_layers=1, n_heads=2, positional="alibi"), progress=False)
+    train(
+        cfg(tmp_path, max_steps=1),
+        GPTConfig(context_length=16, dim=16, n_layers=1, n_heads=2, positional="alibi"),
+        progress=False,
+    )
     model, config = load_checkpoint(tmp_path / "run")
     val = torch.as_tensor(load_training_data(STORY).val)
     rows = tokembed.evaluate((model, config), lengths=[32], max_windows=4)
@@ -180,15 +247,25 @@ def test_eval_equals_the_mean_loss_over_windows(tmp_path):
 
 
 def test_eval_too_long_for_the_validation_text(tmp_path):
-    train(cfg(tmp_path, max_steps=1), GPTConfig(context_length=16, dim=16, n_layers=1, n_heads=2, positional="none"), progress=False)
-    with pytest.raises(ValueError, match=r"the validation text has \d+ tokens, fewer than one window of length 4096 needs \(4097\)"):
+    train(
+        cfg(tmp_path, max_steps=1),
+        GPTConfig(context_length=16, dim=16, n_layers=1, n_heads=2, positional="none"),
+        progress=False,
+    )
+    with pytest.raises(
+        ValueError, match=r"the validation text has \d+ tokens, fewer than one window of length 4096 needs \(4097\)"
+    ):
         tokembed.evaluate(tmp_path / "run", lengths=[4096])
 
 
 def test_eval_with_rope_scaling(tmp_path):
-    from tokembed.evaluation import rope_scaled
+    from tokembed.training.evaluation import rope_scaled
 
-    train(cfg(tmp_path, max_steps=1), GPTConfig(context_length=16, dim=16, n_layers=1, n_heads=2, positional="rope"), progress=False)
+    train(
+        cfg(tmp_path, max_steps=1),
+        GPTConfig(context_length=16, dim=16, n_layers=1, n_heads=2, positional="rope"),
+        progress=False,
+    )
     model, config = load_checkpoint(tmp_path / "run")
     with torch.no_grad():
         model.blocks[0].attn.qkv.weight.mul_(30)  # make attention depend on positions
@@ -197,7 +274,9 @@ def test_eval_with_rope_scaling(tmp_path):
     with rope_scaled(model, "ntk", 4.0):
         assert not torch.allclose(model(ids), base)
     torch.testing.assert_close(model(ids), base, rtol=0, atol=0)  # restored
-    plain, pi = (tokembed.evaluate((model, config), lengths=[16, 64], max_windows=2, rope_scaling=s) for s in (None, "linear"))
+    plain, pi = (
+        tokembed.evaluate((model, config), lengths=[16, 64], max_windows=2, rope_scaling=s) for s in (None, "linear")
+    )
     assert plain[0] == pi[0]  # no scaling at the trained length
     assert plain[1]["loss"] != pi[1]["loss"] and pi[1]["note"] == "rope linear scaling x4"
     train(cfg(tmp_path, "l", max_steps=1), TINY, progress=False)
@@ -210,8 +289,31 @@ def test_eval_with_rope_scaling(tmp_path):
 
 def test_cli_train_eval_and_resume(tmp_path, capsys):
     out = tmp_path / "ck"
-    args = ["train", str(STORY), "--out", str(out), "--positional", "alibi", "--dim", "16", "--layers", "1", "--heads", "2", "--max-length", "16",
-            "--batch-size", "4", "--steps", "2", "--eval-interval", "2", "--eval-batches", "1", "--no-progress"]
+    args = [
+        "train",
+        str(STORY),
+        "--out",
+        str(out),
+        "--positional",
+        "alibi",
+        "--dim",
+        "16",
+        "--layers",
+        "1",
+        "--heads",
+        "2",
+        "--max-length",
+        "16",
+        "--batch-size",
+        "4",
+        "--steps",
+        "2",
+        "--eval-interval",
+        "2",
+        "--eval-batches",
+        "1",
+        "--no-progress",
+    ]
     assert main(args) == 0
     assert "step 2: train loss" in capsys.readouterr().out
     assert main(["train", str(STORY), "--out", str(out), "--resume", "--steps", "3", "--no-progress"]) == 0
@@ -225,21 +327,57 @@ def test_cli_train_eval_and_resume(tmp_path, capsys):
 
 def test_cli_model_options_reach_the_checkpoint(tmp_path, capsys):
     out = tmp_path / "ck"
-    args = ["train", str(STORY), "--out", str(out), "--positional", "t5", "--t5-buckets", "8", "--t5-max-distance", "20", "--document-mask",
-            "--dim", "16", "--layers", "1", "--heads", "2", "--max-length", "16", "--batch-size", "2", "--steps", "1", "--eval-batches", "1", "--no-progress"]
+    args = [
+        "train",
+        str(STORY),
+        "--out",
+        str(out),
+        "--positional",
+        "t5",
+        "--t5-buckets",
+        "8",
+        "--t5-max-distance",
+        "20",
+        "--document-mask",
+        "--dim",
+        "16",
+        "--layers",
+        "1",
+        "--heads",
+        "2",
+        "--max-length",
+        "16",
+        "--batch-size",
+        "2",
+        "--steps",
+        "1",
+        "--eval-batches",
+        "1",
+        "--no-progress",
+    ]
     assert main(args) == 0
     model = json.loads((out / "config.json").read_text())["model"]
-    assert (model["t5_num_buckets"], model["t5_max_distance"], model["document_mask"], model["eot_token"]) == (8, 20, True, 50256)
+    assert (model["t5_num_buckets"], model["t5_max_distance"], model["document_mask"], model["eot_token"]) == (
+        8,
+        20,
+        True,
+        50256,
+    )
     capsys.readouterr()
-    assert main(["eval", str(out), "--lengths", "16,32", "--max-windows", "1", "--json"]) == 0  # evaluated with the same mask
+    assert (
+        main(["eval", str(out), "--lengths", "16,32", "--max-windows", "1", "--json"]) == 0
+    )  # evaluated with the same mask
     assert [row["length"] for row in json.loads(capsys.readouterr().out)] == [16, 32]
 
 
-@pytest.mark.parametrize("extra, msg", [
-    (["--dim", "30", "--heads", "4"], "n_heads=4 does not divide dim=30"),
-    (["--positional", "shaw", "--shaw-max-distance", "0"], "shaw_max_distance must be >= 1, got 0"),
-    (["--context-length", "8", "--max-length", "16"], "max_length=16 exceeds the model's context_length=8"),
-])
+@pytest.mark.parametrize(
+    "extra, msg",
+    [
+        (["--dim", "30", "--heads", "4"], "n_heads=4 does not divide dim=30"),
+        (["--positional", "shaw", "--shaw-max-distance", "0"], "shaw_max_distance must be >= 1, got 0"),
+        (["--context-length", "8", "--max-length", "16"], "max_length=16 exceeds the model's context_length=8"),
+    ],
+)
 def test_cli_bad_model_options(tmp_path, capsys, extra, msg):
     assert main(["train", str(STORY), "--out", str(tmp_path / "x"), "--steps", "1", "--no-progress", *extra]) == 2
     assert f"tokembed train: error: {msg}" in capsys.readouterr().err
@@ -262,19 +400,34 @@ def test_positions_experiment_quick(tmp_path, capsys):
     assert main(["experiment", "positions", str(STORY), "--out", str(out), "--quick", "--no-progress"]) == 0
     doc = json.loads((out / "positions.json").read_text())
     assert doc["lengths"] == [16, 32]
-    assert set(doc["results"]) == {"learned", "sinusoidal", "rope", "alibi", "t5", "shaw", "none", "rope+pi", "rope+ntk"}
+    assert set(doc["results"]) == {
+        "learned",
+        "sinusoidal",
+        "rope",
+        "alibi",
+        "t5",
+        "shaw",
+        "none",
+        "rope+pi",
+        "rope+ntk",
+    }
     assert doc["results"]["learned"][1]["loss"] is None and doc["results"]["learned"][0]["loss"] < math.log(50257) + 0.5
     assert all(r["loss"] is not None for name, rows in doc["results"].items() if name != "learned" for r in rows)
     md = (out / "positions.md").read_text()
     assert "| scheme | L=16 (1x) | L=32 (2x) |" in md and "| learned |" in md and "n/a" in md
     assert (out / "positions.png").read_bytes()[:4] == b"\x89PNG"
     # a second run reuses the trained checkpoints
-    assert main(["experiment", "positions", str(STORY), "--out", str(out), "--quick", "--no-progress", "--schemes", "alibi"]) == 0
+    assert (
+        main(
+            ["experiment", "positions", str(STORY), "--out", str(out), "--quick", "--no-progress", "--schemes", "alibi"]
+        )
+        == 0
+    )
     assert json.loads((out / "positions.json").read_text())["results"]["alibi"] == doc["results"]["alibi"]
 
 
 def test_train_and_eval_on_a_shard_folder(tmp_path, story):
-    from tokembed.prepare import prepare_corpus
+    from tokembed.shards.prepare import prepare_corpus
 
     docs = tmp_path / "docs"
     docs.mkdir()
@@ -293,7 +446,9 @@ def test_checkpoint_errors_say_what_is_wrong(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"checkpoint .*nope does not exist"):
         load_checkpoint(tmp_path / "nope")
     (tmp_path / "file").write_text("x")
-    with pytest.raises(NotADirectoryError, match=r"is not a directory: give the directory written by `tokembed train --out`"):
+    with pytest.raises(
+        NotADirectoryError, match=r"is not a directory: give the directory written by `tokembed train --out`"
+    ):
         load_checkpoint(tmp_path / "file")
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match=r"is not a tokembed checkpoint: it has no config.json"):
@@ -301,7 +456,10 @@ def test_checkpoint_errors_say_what_is_wrong(tmp_path):
     bad = tmp_path / "bad"
     bad.mkdir()
     (bad / "config.json").write_text('{"format": "something-else"}')
-    with pytest.raises(ValueError, match=r"is not a tokembed checkpoint config \(format 'something-else', expected 'tokembed-checkpoint'\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"is not a tokembed checkpoint config \(format 'something-else', expected 'tokembed-checkpoint'\)",
+    ):
         load_checkpoint(bad)
     (bad / "config.json").write_text('{"format": "tokembed-checkpoint", "version": 9}')
     with pytest.raises(ValueError, match=r"has checkpoint version 9; this tokembed reads version 1: upgrade tokembed"):
@@ -310,7 +468,9 @@ def test_checkpoint_errors_say_what_is_wrong(tmp_path):
     weights = load_file(str(tmp_path / "run" / "model.safetensors"))
     del weights["norm.weight"]
     save_file(weights, str(tmp_path / "run" / "model.safetensors"))
-    with pytest.raises(ValueError, match=r"does not match its config: missing weights \['norm.weight'\], unexpected weights \[\]"):
+    with pytest.raises(
+        ValueError, match=r"does not match its config: missing weights \['norm.weight'\], unexpected weights \[\]"
+    ):
         load_checkpoint(tmp_path / "run")
     (tmp_path / "run" / "model.safetensors").unlink()
     with pytest.raises(FileNotFoundError, match=r"has no model.safetensors; the checkpoint is incomplete"):
@@ -321,7 +481,9 @@ def test_checkpoint_errors_say_what_is_wrong(tmp_path):
     import shutil
 
     shutil.rmtree(tmp_path / "run")
-    with pytest.raises(FileNotFoundError, match=r"a save was interrupted: the previous checkpoint is .*run.old-abc/ckpt \(move it to"):
+    with pytest.raises(
+        FileNotFoundError, match=r"a save was interrupted: the previous checkpoint is .*run.old-abc/ckpt \(move it to"
+    ):
         load_checkpoint(tmp_path / "run")
 
 

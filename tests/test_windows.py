@@ -56,7 +56,10 @@ PARAMS = [
 @pytest.mark.parametrize("drop_last", [True, False])
 def test_same_batches_as_the_book(story, spec_texts, params, shuffle, drop_last):
     for text in [story, *spec_texts]:
-        if len(BookGPTDatasetV1(text, tokembed.get_tokenizer(), params["max_length"], params["stride"])) < params["batch_size"]:
+        if (
+            len(BookGPTDatasetV1(text, tokembed.get_tokenizer(), params["max_length"], params["stride"]))
+            < params["batch_size"]
+        ):
             continue
         torch.manual_seed(7)
         ours = _batches(tokembed.create_dataloader_v1(text, shuffle=shuffle, drop_last=drop_last, **params))
@@ -114,11 +117,16 @@ def test_window_properties(text, max_length, stride):
     enc = tokembed.get_tokenizer()
     ids = enc.encode(text, allowed_special={"<|endoftext|>"})
     if len(ids) < max_length + 1:
-        with pytest.raises(ValueError, match=rf"has {len(ids)} tokens, but one window of max_length={max_length} needs at least {max_length + 1}"):
+        with pytest.raises(
+            ValueError,
+            match=rf"has {len(ids)} tokens, but one window of max_length={max_length} needs at least {max_length + 1}",
+        ):
             tokembed.GPTDatasetV1(text, enc, max_length, stride)
         return
     ds = tokembed.GPTDatasetV1(text, enc, max_length, stride)
-    assert len(ds) == len(range(0, len(ids) - max_length, stride)) == tokembed.window_count(len(ids), max_length, stride)
+    assert (
+        len(ds) == len(range(0, len(ids) - max_length, stride)) == tokembed.window_count(len(ids), max_length, stride)
+    )
     for k in range(len(ds)):
         x, y = ds[k]
         assert x.tolist() == ids[k * stride : k * stride + max_length]
@@ -147,9 +155,11 @@ def test_text_too_short_says_how_many_tokens():
 
 def test_fewer_windows_than_a_batch_with_drop_last():
     text = "one two three four five six seven eight nine ten"
-    with pytest.raises(ValueError, match=r"gives 2 windows, fewer than batch_size=8, and drop_last=True .* drop_last=False"):
+    with pytest.raises(
+        ValueError, match=r"gives 2 windows, fewer than batch_size=8, and drop_last=True .* drop_last=False"
+    ):
         tokembed.create_dataloader_v1(text, batch_size=8, max_length=4, stride=4)
-    (x, y), = list(tokembed.create_dataloader_v1(text, batch_size=8, max_length=4, stride=4, drop_last=False))
+    ((x, y),) = list(tokembed.create_dataloader_v1(text, batch_size=8, max_length=4, stride=4, drop_last=False))
     assert x.shape == (2, 4)
 
 

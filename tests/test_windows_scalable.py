@@ -56,12 +56,20 @@ def test_the_story_gives_the_books_windows(story):
 
 
 @settings(max_examples=80, deadline=None)
-@given(n=st.integers(2, 300), max_length=st.integers(1, 20), stride=st.integers(1, 25), kind=st.sampled_from(["numpy", "torch", "list"]))
+@given(
+    n=st.integers(2, 300),
+    max_length=st.integers(1, 20),
+    stride=st.integers(1, 25),
+    kind=st.sampled_from(["numpy", "torch", "list"]),
+)
 def test_token_array_windows_match_the_definition(n, max_length, stride, kind):
     ids = np.random.default_rng(n).integers(0, 50257, n)
     source = {"numpy": ids.astype(np.uint16), "torch": torch.from_numpy(ids), "list": ids.tolist()}[kind]
     if n < max_length + 1:
-        with pytest.raises(ValueError, match=rf"has {n} tokens, but one window of max_length={max_length} needs at least {max_length + 1}"):
+        with pytest.raises(
+            ValueError,
+            match=rf"has {n} tokens, but one window of max_length={max_length} needs at least {max_length + 1}",
+        ):
             tokembed.SlidingWindowDataset(source, max_length=max_length, stride=stride)
         return
     ds = tokembed.SlidingWindowDataset(source, max_length=max_length, stride=stride)
@@ -83,7 +91,9 @@ def test_shard_windows_cross_shard_boundaries_like_one_stream(tmp_path_factory, 
     root = tmp_path_factory.mktemp("shards")
     stream = write_shards(root, counting_docs(lengths))
     if len(stream) < max_length + 1:
-        with pytest.raises(ValueError, match=rf"shard folder .* has {len(stream)} tokens, but one window of max_length={max_length}"):
+        with pytest.raises(
+            ValueError, match=rf"shard folder .* has {len(stream)} tokens, but one window of max_length={max_length}"
+        ):
             tokembed.SlidingWindowDataset(root, max_length=max_length, stride=stride)
         return
     ds = tokembed.SlidingWindowDataset(root, max_length=max_length, stride=stride)
@@ -107,7 +117,9 @@ def test_within_documents_never_crosses_a_document(tmp_path_factory, lengths, ma
     doc_starts = np.concatenate([[0], np.flatnonzero(stream == EOT)[:-1] + 1]).tolist()
     expected, dropped = reference_document_windows(stream, doc_starts, max_length, stride)
     if not expected:
-        with pytest.raises(ValueError, match=rf"no document of at least {max_length + 1} tokens .* within_documents=False"):
+        with pytest.raises(
+            ValueError, match=rf"no document of at least {max_length + 1} tokens .* within_documents=False"
+        ):
             tokembed.SlidingWindowDataset(root, max_length=max_length, stride=stride, within_documents=True)
         return
     ds = tokembed.SlidingWindowDataset(root, max_length=max_length, stride=stride, within_documents=True)
@@ -116,7 +128,9 @@ def test_within_documents_never_crosses_a_document(tmp_path_factory, lengths, ma
     for x, y in all_windows(ds):
         assert EOT not in x[:-1] and EOT not in y[:-1]  # a separator can only end a window
     # The same stream as an array: documents are found from the separators, same windows.
-    arr = tokembed.SlidingWindowDataset(stream.astype(np.uint16), max_length=max_length, stride=stride, within_documents=True)
+    arr = tokembed.SlidingWindowDataset(
+        stream.astype(np.uint16), max_length=max_length, stride=stride, within_documents=True
+    )
     assert all_windows(arr) == expected and arr.dropped_tokens == dropped
 
 
@@ -175,11 +189,16 @@ def test_sizes_below_one(story, name, value):
 
 def test_max_length_larger_than_the_source(tmp_path, story):
     write_shards(tmp_path, counting_docs([[10, 10]]))
-    with pytest.raises(ValueError, match=r"split 'train' of shard folder .* has 22 tokens, but one window of max_length=64 needs at least 65"):
+    with pytest.raises(
+        ValueError,
+        match=r"split 'train' of shard folder .* has 22 tokens, but one window of max_length=64 needs at least 65",
+    ):
         tokembed.SlidingWindowDataset(tmp_path, max_length=64)
     with pytest.raises(ValueError, match=r"no document of at least 17 tokens \(the longest has 11\)"):
         tokembed.SlidingWindowDataset(tmp_path, max_length=16, within_documents=True)
-    with pytest.raises(ValueError, match=r"the token array has 3 tokens, but one window of max_length=3 needs at least 4"):
+    with pytest.raises(
+        ValueError, match=r"the token array has 3 tokens, but one window of max_length=3 needs at least 4"
+    ):
         tokembed.SlidingWindowDataset(np.array([1, 2, 3]), max_length=3)
 
 

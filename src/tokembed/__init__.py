@@ -13,31 +13,31 @@ import importlib
 
 __version__ = "0.1.0"
 
-# name -> module, in the order data flows. No module is named like a public function (training.py
-# holds train, evaluation.py evaluate): importing a submodule binds its name on the package.
+# name -> module, in the order data flows. No module or subpackage is named like a public function
+# (training/ holds train, evaluation.py evaluate): importing a submodule binds its name on the package.
 _PUBLIC = {
     # text -> tokens
     "ENDOFTEXT": "tokenizer",
     "available_tokenizers": "tokenizer",
     "get_tokenizer": "tokenizer",
     # tokens -> shards
-    "PrepareConfig": "prepare",
-    "PrepareResult": "prepare",
-    "merge_manifests": "prepare",
-    "prepare_corpus": "prepare",
-    "ShardInfo": "shards",
-    "ShardSet": "shards",
-    "check_shards": "shards",
-    "open_shards": "shards",
-    "shard_stats": "shards",
+    "PrepareConfig": "shards.config",
+    "PrepareResult": "shards.prepare",
+    "merge_manifests": "shards.prepare",
+    "prepare_corpus": "shards.prepare",
+    "ShardInfo": "shards.format",
+    "ShardSet": "shards.reader",
+    "check_shards": "shards.check",
+    "open_shards": "shards.reader",
+    "shard_stats": "data.stats",
     # shards -> windows -> batches
-    "GPTDatasetV1": "windows",
-    "SlidingWindowDataset": "windows",
-    "create_dataloader_v1": "windows",
-    "encode_text": "windows",
-    "window_count": "shards",
-    "WindowLoader": "loader",
-    "create_dataloader": "loader",
+    "GPTDatasetV1": "data.book",
+    "SlidingWindowDataset": "data.windows",
+    "create_dataloader_v1": "data.book",
+    "encode_text": "data.windows",
+    "window_count": "data.plan",
+    "WindowLoader": "data.loader",
+    "create_dataloader": "data.loader",
     # batches -> embeddings
     "TokenEmbedding": "embeddings",
     "LearnedPositionalEmbedding": "embeddings",
@@ -49,21 +49,21 @@ _PUBLIC = {
     "T5RelativeBias": "embeddings",
     "ShawRelativePositions": "embeddings",
     # embeddings -> model
-    "GPT": "model",
-    "GPTConfig": "model",
-    "TrainConfig": "training",
-    "train": "training",
-    "load_checkpoint": "checkpoint",
-    "save_checkpoint": "checkpoint",
-    "evaluate": "evaluation",
-    "PositionsExperiment": "experiment",
-    "run_positions_experiment": "experiment",
+    "GPT": "model.gpt",
+    "GPTConfig": "model.config",
+    "TrainConfig": "training.config",
+    "train": "training.loop",
+    "load_checkpoint": "model.checkpoint",
+    "save_checkpoint": "model.checkpoint",
+    "evaluate": "training.evaluation",
+    "PositionsExperiment": "training.experiment",
+    "run_positions_experiment": "training.experiment",
     # -> inspection
-    "EmbeddingTable": "inspection",
-    "load_table": "inspection",
-    "token_counts": "inspection",
-    "export_table": "export",
-    "load_gpt2_embeddings": "gpt2_weights",
+    "EmbeddingTable": "inspection.table",
+    "load_table": "inspection.load",
+    "token_counts": "inspection.counts",
+    "export_table": "inspection.export",
+    "load_gpt2_embeddings": "model.gpt2_weights",
 }
 
 __all__ = sorted(_PUBLIC)

@@ -16,7 +16,15 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["atomic_open", "atomic_write", "atomic_write_json", "fsync_dir", "is_temp_file"]
+__all__ = [
+    "atomic_create",
+    "atomic_open",
+    "atomic_write",
+    "atomic_write_json",
+    "check_target",
+    "fsync_dir",
+    "is_temp_file",
+]
 
 
 def fsync_dir(path: str | os.PathLike) -> None:
@@ -75,3 +83,24 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def check_target(path: Path, overwrite: bool) -> None:
+    """Refuse an existing ``path`` unless ``overwrite``, and a folder always."""
+    if path.exists() and not overwrite:
+        raise FileExistsError(
+            f"{path} already exists; choose another name or pass overwrite=True (--force) to replace it"
+        )
+    if path.is_dir():
+        raise IsADirectoryError(f"{path} is a directory; give a file name")
+
+
+@contextlib.contextmanager
+def atomic_create(path: str | os.PathLike, mode: str = "w", *, overwrite: bool = False):
+    """`atomic_open` for a file the user names (an export, a report, a figure).
+
+    Refuses an existing ``path`` unless ``overwrite``; on any error ``path`` is left as it was.
+    """
+    check_target(Path(path), overwrite)
+    with atomic_open(path, mode) as f:
+        yield f

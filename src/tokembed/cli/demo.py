@@ -8,9 +8,16 @@ from pathlib import Path
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("demo", help="walk the chapter: text -> tokens -> batch -> token + positional embeddings",
-                       description="Walk the chapter end to end on Python's own documentation topics (offline) or --text FILE.")
-    p.add_argument("--text", type=Path, help="a UTF-8 text file (default: Python's documentation topics, shipped with every install)")
+    p = sub.add_parser(
+        "demo",
+        help="walk the chapter: text -> tokens -> batch -> token + positional embeddings",
+        description="Walk the chapter end to end on Python's own documentation topics (offline) or --text FILE.",
+    )
+    p.add_argument(
+        "--text",
+        type=Path,
+        help="a UTF-8 text file (default: Python's documentation topics, shipped with every install)",
+    )
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--max-length", type=int, default=4)
     p.add_argument("--stride", type=int, default=None, help="default: max-length")
@@ -31,8 +38,14 @@ def run(args: argparse.Namespace) -> int:
     from tokembed.demo import chapter_walk  # imports torch: only this command pays for it
 
     text = _read_text(args.text) if args.text else None
-    facts = chapter_walk(text, source=str(args.text) if args.text else None, batch_size=args.batch_size,
-                         max_length=args.max_length, stride=args.stride, dim=args.dim)
+    facts = chapter_walk(
+        text,
+        source=str(args.text) if args.text else None,
+        batch_size=args.batch_size,
+        max_length=args.max_length,
+        stride=args.stride,
+        dim=args.dim,
+    )
     print(json.dumps(facts, indent=2) if args.json else format_facts(facts))
     return 0
 
@@ -42,7 +55,9 @@ def _row(values: list, width: int = 8) -> str:
 
 
 def format_facts(f: dict) -> str:
-    t, tx, ld, fb, st, sh, we = (f[k] for k in ("tokenizer", "text", "loader", "first_batch", "seed_table", "shapes", "worked_example"))
+    t, tx, ld, fb, st, sh, we = (
+        f[k] for k in ("tokenizer", "text", "loader", "first_batch", "seed_table", "shapes", "worked_example")
+    )
     lines = [
         "1. Tokenizer",
         f"   {t['name']} BPE, {t['n_vocab']:,} ids, {t['endoftext']['token']} = {t['endoftext']['id']}, built offline from",

@@ -18,7 +18,7 @@ WORD_HELP = (
 
 
 def _table(args):
-    from tokembed.inspection import load_table
+    from tokembed.inspection.load import load_table
 
     return load_table(args.source, tokenizer=args.tokenizer)
 
@@ -79,7 +79,11 @@ def _cmd_similarity(args) -> int:
     table = _table(args)
     a, b = _words(args, [args.a, args.b])
     s = table.similarity(a, b)
-    print(json.dumps({"a": a, "b": b, "cosine": s}, ensure_ascii=False) if args.json else f"cosine({_show(a)}, {_show(b)}) = {s:+.4f}")
+    print(
+        json.dumps({"a": a, "b": b, "cosine": s}, ensure_ascii=False)
+        if args.json
+        else f"cosine({_show(a)}, {_show(b)}) = {s:+.4f}"
+    )
     return 0
 
 
@@ -103,7 +107,17 @@ def _cmd_positions(args) -> int:
     offsets = [k for k in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512) if k < P]
     mean_sim = {k: float(sim.diagonal(k).mean()) for k in offsets}
     if args.json:
-        print(json.dumps({"positional": table.positional, "positions": P, "mean_cosine_by_offset": mean_sim, "step_distance": dist.tolist()}, indent=1))
+        print(
+            json.dumps(
+                {
+                    "positional": table.positional,
+                    "positions": P,
+                    "mean_cosine_by_offset": mean_sim,
+                    "step_distance": dist.tolist(),
+                },
+                indent=1,
+            )
+        )
         return 0
     print(f"{table.positional} positions: {P} x {table.dim}")
     print("mean cosine similarity between positions k apart:")
@@ -113,18 +127,20 @@ def _cmd_positions(args) -> int:
     print("distance of each position's vector to its neighbours (mean of p-1, p+1):")
     for p in show:
         print(f"  {p:5d}  {float(dist[p]):.4f}")
-    if P > len(show):
+    if len(show) < P:
         print(f"  ... ({P - len(show)} more; --show N or --json for all)")
     return 0
 
 
 def _cmd_plot(args) -> int:
-    from tokembed import plot
+    from tokembed._plot import save_figure
+    from tokembed.inspection import plot
+    from tokembed.training.plots import plot_loss
 
     table = _table(args)
     counts = None
     if args.corpus is not None:
-        from tokembed.inspection import token_counts
+        from tokembed.inspection.counts import token_counts
 
         counts = token_counts(args.corpus, tokenizer=table.tokenizer, vocab_size=table.vocab_size)
     if args.kind in ("pca", "tsne"):
@@ -133,14 +149,18 @@ def _cmd_plot(args) -> int:
         fig = plot.plot_position_similarity(table)
     elif args.kind == "norms":
         if counts is None:
-            raise ValueError("the norms plot needs token frequencies: pass --corpus FILE (the text the table was trained on)")
+            raise ValueError(
+                "the norms plot needs token frequencies: pass --corpus FILE (the text the table was trained on)"
+            )
         fig = plot.plot_norm_vs_frequency(table, counts)
     else:  # loss
         log_file = Path(args.source) / "log.json"
         if not log_file.is_file():
-            raise FileNotFoundError(f"{log_file} does not exist: the loss plot needs a checkpoint directory written by `tokembed train`")
-        fig = plot.plot_loss(json.loads(log_file.read_text(encoding="utf-8")))
-    plot.save_figure(fig, args.output, overwrite=args.force)
+            raise FileNotFoundError(
+                f"{log_file} does not exist: the loss plot needs a checkpoint directory written by `tokembed train`"
+            )
+        fig = plot_loss(json.loads(log_file.read_text(encoding="utf-8")))
+    save_figure(fig, args.output, overwrite=args.force)
     print(f"wrote {args.output}")
     return 0
 
@@ -167,10 +187,17 @@ def _cmd_info(args) -> int:
 
 
 def _cmd_report(args) -> int:
-    from tokembed.report import ReportConfig, write_report
+    from tokembed.inspection.report import ReportConfig, write_report
 
     words = _words(args, args.words) if args.words else None
-    config = ReportConfig(corpus=args.corpus, words=words, topn=args.topn, n_points=args.points, label_top=args.labels, tsne=False if args.no_tsne else None)
+    config = ReportConfig(
+        corpus=args.corpus,
+        words=words,
+        topn=args.topn,
+        n_points=args.points,
+        label_top=args.labels,
+        tsne=False if args.no_tsne else None,
+    )
     out = write_report(args.source, args.output, config=config, overwrite=args.force)
     print(f"wrote {out}")
     return 0
@@ -180,17 +207,26 @@ def _export_format(out: str, given: str | None) -> str:
     if given:
         return given
     suffix = Path(out).suffix.lower()
-    by_suffix = {".npy": "npy", ".safetensors": "safetensors", ".txt": "word2vec", ".vec": "word2vec", ".w2v": "word2vec", "": "projector"}
+    by_suffix = {
+        ".npy": "npy",
+        ".safetensors": "safetensors",
+        ".txt": "word2vec",
+        ".vec": "word2vec",
+        ".w2v": "word2vec",
+        "": "projector",
+    }
     if suffix not in by_suffix:
-        raise ValueError(f"cannot tell the export format from {out!r}; pass --format (projector, word2vec, npy, safetensors)")
+        raise ValueError(
+            f"cannot tell the export format from {out!r}; pass --format (projector, word2vec, npy, safetensors)"
+        )
     return by_suffix[suffix]
 
 
 def _cmd_export(args) -> int:
     import torch
 
-    from tokembed.export import export_table
-    from tokembed.inspection import token_counts
+    from tokembed.inspection.counts import token_counts
+    from tokembed.inspection.export import export_table
 
     table = _table(args)
     fmt = _export_format(args.output, args.format)
@@ -203,7 +239,9 @@ def _cmd_export(args) -> int:
             ids = torch.argsort(counts, descending=True, stable=True)[: args.top].tolist()
         else:
             ids = list(range(min(args.top, table.vocab_size)))
-    written = export_table(table, args.output, format=fmt, ids=ids, which="positions" if args.positions else "tokens", overwrite=args.force)
+    written = export_table(
+        table, args.output, format=fmt, ids=ids, which="positions" if args.positions else "tokens", overwrite=args.force
+    )
     for p in written if isinstance(written, tuple) else (written,):
         print(f"wrote {p}")
     return 0
@@ -211,21 +249,36 @@ def _cmd_export(args) -> int:
 
 def register(subparsers) -> None:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--tokenizer", default="gpt2", help="tokenizer of tables that do not name one (.npy, GPT-2 weights): gpt2 (default) or none (ids only)")
+    common.add_argument(
+        "--tokenizer",
+        default="gpt2",
+        help="tokenizer of tables that do not name one (.npy, GPT-2 weights): gpt2 (default) or none (ids only)",
+    )
     common.add_argument("--json", action="store_true", help="print JSON instead of a table")
     wordopts = argparse.ArgumentParser(add_help=False)
-    wordopts.add_argument("--space", action="store_true", help="put a space before each word (GPT-2's token for a word inside running text)")
+    wordopts.add_argument(
+        "--space",
+        action="store_true",
+        help="put a space before each word (GPT-2's token for a word inside running text)",
+    )
     wordopts.add_argument("--ids", action="store_true", help="the arguments are token ids, not words")
 
     p = subparsers.add_parser(
         "inspect",
         help="neighbours, analogies, similarity, a text's tokens, positions, pictures",
-        description="Ask questions of an embedding table. SOURCE: a checkpoint directory, an exported .npy/.safetensors table, or GPT-2 weights. " + WORD_HELP,
+        description="Ask questions of an embedding table. SOURCE: a checkpoint directory, an exported .npy/.safetensors table, or GPT-2 weights. "
+        + WORD_HELP,
     )
     p.add_argument("source", metavar="SOURCE", help="checkpoint directory, .npy/.safetensors table, or GPT-2 weights")
     q = p.add_subparsers(dest="question", metavar="QUESTION", required=True)
 
-    s = q.add_parser("neighbours", aliases=["nn"], parents=[common, wordopts], help="nearest tokens by cosine similarity", description=WORD_HELP)
+    s = q.add_parser(
+        "neighbours",
+        aliases=["nn"],
+        parents=[common, wordopts],
+        help="nearest tokens by cosine similarity",
+        description=WORD_HELP,
+    )
     s.add_argument("words", nargs="+", metavar="WORD")
     s.add_argument("--topn", type=int, default=10)
     s.set_defaults(func=_cmd_neighbours)
@@ -234,13 +287,20 @@ def register(subparsers) -> None:
         "Rank tokens by cosine similarity to the mean of the unit vectors of the positive words "
         "minus the negative ones, inputs left out (gensim's most_similar). "
     )
-    s = q.add_parser("analogy", parents=[common, wordopts], help="gensim's most_similar(positive, negative)", description=analogy_help + WORD_HELP)
+    s = q.add_parser(
+        "analogy",
+        parents=[common, wordopts],
+        help="gensim's most_similar(positive, negative)",
+        description=analogy_help + WORD_HELP,
+    )
     s.add_argument("--positive", "-p", nargs="+", default=[], metavar="WORD")
     s.add_argument("--negative", "-n", nargs="+", default=[], metavar="WORD")
     s.add_argument("--topn", type=int, default=10)
     s.set_defaults(func=_cmd_analogy)
 
-    s = q.add_parser("similarity", parents=[common, wordopts], help="cosine similarity of two words", description=WORD_HELP)
+    s = q.add_parser(
+        "similarity", parents=[common, wordopts], help="cosine similarity of two words", description=WORD_HELP
+    )
     s.add_argument("a", metavar="WORD_A")
     s.add_argument("b", metavar="WORD_B")
     s.set_defaults(func=_cmd_similarity)
@@ -249,7 +309,9 @@ def register(subparsers) -> None:
     s.add_argument("text", metavar="TEXT")
     s.set_defaults(func=_cmd_tokens)
 
-    s = q.add_parser("positions", parents=[common], help="cosine similarity between positions, distance to neighbouring positions")
+    s = q.add_parser(
+        "positions", parents=[common], help="cosine similarity between positions, distance to neighbouring positions"
+    )
     s.add_argument("--show", type=int, default=16, help="positions whose distance is printed (default 16)")
     s.set_defaults(func=_cmd_positions)
 
@@ -272,7 +334,9 @@ def register(subparsers) -> None:
     )
     r.add_argument("source", metavar="SOURCE", help="checkpoint directory, .npy/.safetensors table, or GPT-2 weights")
     r.add_argument("-o", "--output", default="report.html", help="the HTML file to write (default report.html)")
-    r.add_argument("--corpus", help="the text the table was trained on (default: the checkpoint's training data, if it is text)")
+    r.add_argument(
+        "--corpus", help="the text the table was trained on (default: the checkpoint's training data, if it is text)"
+    )
     r.add_argument("--words", nargs="+", metavar="WORD", help="words whose neighbours are listed. " + WORD_HELP)
     r.add_argument("--space", action="store_true", help="put a space before each of --words")
     r.add_argument("--topn", type=int, default=8)
@@ -283,10 +347,17 @@ def register(subparsers) -> None:
     r.add_argument("--force", action="store_true", help="replace an existing file")
     r.set_defaults(func=_cmd_report)
 
-    e = subparsers.add_parser("export", help="write a table for TensorBoard's projector, word2vec tools, numpy or safetensors")
+    e = subparsers.add_parser(
+        "export", help="write a table for TensorBoard's projector, word2vec tools, numpy or safetensors"
+    )
     e.add_argument("source", metavar="SOURCE", help="checkpoint directory, .npy/.safetensors table, or GPT-2 weights")
     e.add_argument("output", metavar="OUT", help="file to write; a folder for --format projector")
-    e.add_argument("--format", "-f", choices=["projector", "word2vec", "npy", "safetensors"], help="default: from OUT's suffix (.npy, .safetensors, .txt/.vec = word2vec, none = projector)")
+    e.add_argument(
+        "--format",
+        "-f",
+        choices=["projector", "word2vec", "npy", "safetensors"],
+        help="default: from OUT's suffix (.npy, .safetensors, .txt/.vec = word2vec, none = projector)",
+    )
     e.add_argument("--top", type=int, help="only this many tokens: the most frequent in --corpus, else the first ids")
     e.add_argument("--corpus", help="text whose most frequent tokens --top keeps")
     e.add_argument("--positions", action="store_true", help="export the position vectors instead of the token vectors")

@@ -13,20 +13,39 @@ from pathlib import Path
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "prepare", help="tokenize text/markdown/JSON Lines (optionally .gz) into token shards",
+        "prepare",
+        help="tokenize text/markdown/JSON Lines (optionally .gz) into token shards",
         description="Tokenize a corpus into a shard folder: parallel, streaming, crash-safe (rerun the same command to resume).",
     )
-    p.add_argument("inputs", nargs="+", metavar="INPUT", help="files, folders (recursive), glob patterns, or - for standard input")
+    p.add_argument(
+        "inputs", nargs="+", metavar="INPUT", help="files, folders (recursive), glob patterns, or - for standard input"
+    )
     p.add_argument("--out", "-o", type=Path, required=True, help="the shard folder to create or resume")
     p.add_argument("--field", default="text", help="JSON Lines field holding the text (default: text)")
-    p.add_argument("--format", choices=["auto", "text", "jsonl"], default="auto", help="for stdin and files without a known suffix")
-    p.add_argument("--val-fraction", type=float, default=0.0, help="fraction of documents for the val split (by a hash of the text)")
-    p.add_argument("--shard-mb", type=float, default=8.0, help="MB of input per shard/work unit (default: 8; bounds memory)")
+    p.add_argument(
+        "--format", choices=["auto", "text", "jsonl"], default="auto", help="for stdin and files without a known suffix"
+    )
+    p.add_argument(
+        "--val-fraction",
+        type=float,
+        default=0.0,
+        help="fraction of documents for the val split (by a hash of the text)",
+    )
+    p.add_argument(
+        "--shard-mb", type=float, default=8.0, help="MB of input per shard/work unit (default: 8; bounds memory)"
+    )
     p.add_argument("--tokenizer", default="gpt2")
     p.add_argument("--strict", action="store_true", help="fail on invalid UTF-8 instead of replacing it")
-    p.add_argument("--skip-bad-lines", action="store_true", help="skip (and count) JSON lines that are invalid or lack --field")
+    p.add_argument(
+        "--skip-bad-lines", action="store_true", help="skip (and count) JSON lines that are invalid or lack --field"
+    )
     p.add_argument("--workers", type=int, default=0, help="tokenizing processes (default 0: all cores)")
-    p.add_argument("--engine", choices=["local", "ray"], default="local", help="local processes, or Ray tasks (pip install 'tokembed[ray]')")
+    p.add_argument(
+        "--engine",
+        choices=["local", "ray"],
+        default="local",
+        help="local processes, or Ray tasks (pip install 'tokembed[ray]')",
+    )
     p.add_argument("--ray-address", default=None, help="Ray cluster address (default: a local Ray)")
     p.add_argument("--rank", type=int, default=0, help="this machine's rank (with --world-size)")
     p.add_argument("--world-size", type=int, default=1, help="machines sharing the work; then run `tokembed merge DIR`")
@@ -34,7 +53,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar and no summary")
     p.set_defaults(func=run_prepare)
 
-    c = sub.add_parser("check", help="verify a shard folder (structure, counts, checksums)", description="Verify a shard folder; exit 1 when damaged.")
+    c = sub.add_parser(
+        "check",
+        help="verify a shard folder (structure, counts, checksums)",
+        description="Verify a shard folder; exit 1 when damaged.",
+    )
     c.add_argument("dir", type=Path)
     c.set_defaults(func=run_check)
 
@@ -43,7 +66,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--max-length", type=int, default=256)
     s.add_argument("--stride", type=int, default=None, help="default: max-length")
     s.add_argument("--batch-size", type=int, default=8)
-    s.add_argument("--world-size", type=int, default=1, help="ranks sharing each epoch: also print the batches per rank (tokembed.loader)")
+    s.add_argument(
+        "--world-size",
+        type=int,
+        default=1,
+        help="ranks sharing each epoch: also print the batches per rank (tokembed.loader)",
+    )
     s.add_argument("--json", action="store_true", help="print JSON")
     s.set_defaults(func=run_stats)
 
@@ -53,16 +81,30 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run_prepare(args: argparse.Namespace) -> int:
-    from tokembed.prepare import PrepareConfig, prepare_corpus
+    from tokembed.shards.config import PrepareConfig
+    from tokembed.shards.prepare import prepare_corpus
 
     config = PrepareConfig(
-        tokenizer=args.tokenizer, field=args.field, format=args.format, val_fraction=args.val_fraction,
-        shard_mb=args.shard_mb, strict=args.strict, skip_bad_lines=args.skip_bad_lines,
+        tokenizer=args.tokenizer,
+        field=args.field,
+        format=args.format,
+        val_fraction=args.val_fraction,
+        shard_mb=args.shard_mb,
+        strict=args.strict,
+        skip_bad_lines=args.skip_bad_lines,
     )
     try:
         result = prepare_corpus(
-            args.inputs, args.out, config=config, workers=args.workers, engine=args.engine, ray_address=args.ray_address,
-            rank=args.rank, world_size=args.world_size, overwrite=args.overwrite, progress=False if args.quiet else None,
+            args.inputs,
+            args.out,
+            config=config,
+            workers=args.workers,
+            engine=args.engine,
+            ray_address=args.ray_address,
+            rank=args.rank,
+            world_size=args.world_size,
+            overwrite=args.overwrite,
+            progress=False if args.quiet else None,
         )
     except ImportError as e:  # an optional extra that is not installed (Ray)
         print(f"tokembed prepare: error: {e}", file=sys.stderr)
@@ -71,12 +113,16 @@ def run_prepare(args: argparse.Namespace) -> int:
         return 0
     print(result.summary(), file=sys.stderr)
     if result.manifest is None and not result.already_done:
-        print(f"rank {args.rank} of {args.world_size} done; when every rank is done run `tokembed merge {args.out}`", file=sys.stderr)
+        print(
+            f"rank {args.rank} of {args.world_size} done; when every rank is done run `tokembed merge {args.out}`",
+            file=sys.stderr,
+        )
     return 0
 
 
 def run_check(args: argparse.Namespace) -> int:
-    from tokembed.shards import check_shards, shard_stats
+    from tokembed.data.stats import shard_stats
+    from tokembed.shards.check import check_shards
 
     problems = check_shards(args.dir)
     if problems:
@@ -91,7 +137,8 @@ def run_check(args: argparse.Namespace) -> int:
 
 
 def run_stats(args: argparse.Namespace) -> int:
-    from tokembed.shards import add_rank_plans, shard_stats
+    from tokembed.data.plan import add_rank_plans
+    from tokembed.data.stats import shard_stats
 
     st = shard_stats(args.dir, max_length=args.max_length, stride=args.stride, batch_size=args.batch_size)
     add_rank_plans(st, world_size=args.world_size)  # per-rank batches: the arithmetic the loader follows
@@ -99,30 +146,44 @@ def run_stats(args: argparse.Namespace) -> int:
         print(json.dumps(st, indent=2))
         return 0
     print(f"{st['root']}: tokenizer {st['tokenizer']}, dtype {st['dtype']}")
-    print(f"{'split':<8}{'documents':>12}{'tokens':>15}{'shards':>8}{'windows':>13}{'batches':>10}{'dropped win':>12}{'tail tok':>10}")
+    print(
+        f"{'split':<8}{'documents':>12}{'tokens':>15}{'shards':>8}{'windows':>13}{'batches':>10}{'dropped win':>12}{'tail tok':>10}"
+    )
     for name, s in st["splits"].items():
         pl = s["plan"]
-        print(f"{name:<8}{s['documents']:>12,}{s['tokens']:>15,}{s['shards']:>8}{pl['windows']:>13,}{pl['batches']:>10,}{pl['dropped_windows']:>12,}{pl['tail_tokens']:>10,}")
+        print(
+            f"{name:<8}{s['documents']:>12,}{s['tokens']:>15,}{s['shards']:>8}{pl['windows']:>13,}{pl['batches']:>10,}{pl['dropped_windows']:>12,}{pl['tail_tokens']:>10,}"
+        )
     pl = next(iter(st["splits"].values()))["plan"]
-    print(f"plan: max_length={pl['max_length']}, stride={pl['stride']}, batch_size={pl['batch_size']}, drop_last={pl['drop_last']}")
+    print(
+        f"plan: max_length={pl['max_length']}, stride={pl['stride']}, batch_size={pl['batch_size']}, drop_last={pl['drop_last']}"
+    )
     for name, s in st["splits"].items():
         rp = s["rank_plan"]
-        print(f"{name}: {rp['batches']:,} batches per rank x world_size={rp['world_size']} (last batch {rp['last_batch_size']} windows, "
-              f"{rp['dropped_windows']:,} windows dropped, {rp['padded_windows']:,} padded per epoch)")
+        print(
+            f"{name}: {rp['batches']:,} batches per rank x world_size={rp['world_size']} (last batch {rp['last_batch_size']} windows, "
+            f"{rp['dropped_windows']:,} windows dropped, {rp['padded_windows']:,} padded per epoch)"
+        )
     print()
-    print(f"{'input':<40}{'documents':>11}{'tokens':>14}{'tok/char':>9}{'tok/byte':>9}{'empty':>7}{'replaced':>9}{'bad lines':>10}")
+    print(
+        f"{'input':<40}{'documents':>11}{'tokens':>14}{'tok/char':>9}{'tok/byte':>9}{'empty':>7}{'replaced':>9}{'bad lines':>10}"
+    )
     for f in st["inputs"]:
         path = f["path"] if len(f["path"]) <= 39 else "..." + f["path"][-36:]
         tpc = f"{f['tokens_per_char']:.3f}" if f["tokens_per_char"] is not None else "-"
         tpb = f"{f['tokens_per_byte']:.3f}" if f["tokens_per_byte"] is not None else "-"
-        print(f"{path:<40}{f['documents']:>11,}{f['tokens']:>14,}{tpc:>9}{tpb:>9}{f['empty']:>7,}{f['replaced']:>9,}{f['bad_lines']:>10,}")
+        print(
+            f"{path:<40}{f['documents']:>11,}{f['tokens']:>14,}{tpc:>9}{tpb:>9}{f['empty']:>7,}{f['replaced']:>9,}{f['bad_lines']:>10,}"
+        )
     return 0
 
 
 def run_merge(args: argparse.Namespace) -> int:
-    from tokembed.prepare import merge_manifests
+    from tokembed.shards.prepare import merge_manifests
 
     manifest = merge_manifests(args.dir)
-    sizes = ", ".join(f"{k}: {v['documents']:,} documents, {v['tokens']:,} tokens" for k, v in manifest["splits"].items())
+    sizes = ", ".join(
+        f"{k}: {v['documents']:,} documents, {v['tokens']:,} tokens" for k, v in manifest["splits"].items()
+    )
     print(f"{args.dir}: merged ({sizes})", file=sys.stderr)
     return 0

@@ -54,12 +54,23 @@ def _names(text: str) -> list[str]:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("train", help="train a small GPT on a shard folder or a text file", description="Train a small GPT (AdamW, warmup + cosine, clipping) and write checkpoints to --out.")
-    p.add_argument("data", help="a shard folder (tokembed prepare) or a UTF-8 text file (its last 10%% of tokens is held out for validation)")
-    p.add_argument("--out", required=True, type=Path, help="checkpoint directory (written atomically; --resume continues it)")
+    p = sub.add_parser(
+        "train",
+        help="train a small GPT on a shard folder or a text file",
+        description="Train a small GPT (AdamW, warmup + cosine, clipping) and write checkpoints to --out.",
+    )
+    p.add_argument(
+        "data",
+        help="a shard folder (tokembed prepare) or a UTF-8 text file (its last 10%% of tokens is held out for validation)",
+    )
+    p.add_argument(
+        "--out", required=True, type=Path, help="checkpoint directory (written atomically; --resume continues it)"
+    )
     p.add_argument("--resume", action="store_true", help="continue the checkpoint in --out exactly where it stopped")
     m = p.add_argument_group("model (ignored with --resume: taken from the checkpoint)")
-    m.add_argument("--positional", choices=_SCHEMES, metavar="SCHEME", help="positional scheme: %(choices)s (default learned)")
+    m.add_argument(
+        "--positional", choices=_SCHEMES, metavar="SCHEME", help="positional scheme: %(choices)s (default learned)"
+    )
     m.add_argument("--context-length", type=int, help="model context (default: --max-length)")
     m.add_argument("--dim", type=int, help="model width (default 64)")
     m.add_argument("--layers", type=int, dest="n_layers", help="transformer blocks (default 2)")
@@ -70,10 +81,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     m.add_argument("--t5-buckets", type=int, dest="t5_num_buckets", help="T5 relative-position buckets (default 32)")
     m.add_argument("--t5-max-distance", type=int, help="T5: distances beyond this share the last bucket (default 128)")
     m.add_argument("--shaw-max-distance", type=int, help="Shaw: relative distances are clipped to this (default 16)")
-    m.add_argument("--document-mask", action="store_true", default=None,
-                   help="keep packed documents apart: attend only within a document, positions restart after <|endoftext|>")
+    m.add_argument(
+        "--document-mask",
+        action="store_true",
+        default=None,
+        help="keep packed documents apart: attend only within a document, positions restart after <|endoftext|>",
+    )
     t = p.add_argument_group("training (default: the checkpoint's values with --resume, else TrainConfig's)")
-    t.add_argument("--max-length", type=int, help="tokens per window (default 64, or --context-length when that is smaller)")
+    t.add_argument(
+        "--max-length", type=int, help="tokens per window (default 64, or --context-length when that is smaller)"
+    )
     t.add_argument("--stride", type=int, help="step between windows (default: max-length)")
     t.add_argument("--batch-size", type=int)
     t.add_argument("--steps", type=int, dest="max_steps", help="optimizer steps in all (default 300)")
@@ -85,45 +102,77 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--eval-batches", type=int)
     t.add_argument("--checkpoint-interval", type=int)
     t.add_argument("--seed", type=int)
-    t.add_argument("--init-embeddings", help="a local GPT-2 weights file (model.safetensors, pytorch_model.bin, the book's model.pth) whose wte/wpe start the embeddings")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar (there is none when stderr is not a terminal)")
+    t.add_argument(
+        "--init-embeddings",
+        help="a local GPT-2 weights file (model.safetensors, pytorch_model.bin, the book's model.pth) whose wte/wpe start the embeddings",
+    )
+    p.add_argument(
+        "--no-progress", action="store_true", help="no progress bar (there is none when stderr is not a terminal)"
+    )
     p.set_defaults(func=run_train)
 
-    e = sub.add_parser("eval", help="validation loss and perplexity of a checkpoint at several lengths", description="Validation loss and perplexity at the training length and beyond.")
+    e = sub.add_parser(
+        "eval",
+        help="validation loss and perplexity of a checkpoint at several lengths",
+        description="Validation loss and perplexity at the training length and beyond.",
+    )
     e.add_argument("checkpoint", type=Path)
-    e.add_argument("--lengths", type=_lengths, default=None, help="comma-separated window lengths (default: 1x,2x,4x,8x the training length)")
+    e.add_argument(
+        "--lengths",
+        type=_lengths,
+        default=None,
+        help="comma-separated window lengths (default: 1x,2x,4x,8x the training length)",
+    )
     e.add_argument("--data", help="shard folder or text file (default: the checkpoint's training data)")
     e.add_argument("--batch-size", type=int, default=8)
     e.add_argument("--max-windows", type=int, default=None, help="at most this many windows per length")
-    e.add_argument("--max-tokens", type=int, default=None, help="at most max-tokens // length windows per length (the same tokens scored at every length)")
-    e.add_argument("--rope-scaling", choices=("linear", "ntk"), help="RoPE past the training length: position interpolation or NTK-aware scaling")
+    e.add_argument(
+        "--max-tokens",
+        type=int,
+        default=None,
+        help="at most max-tokens // length windows per length (the same tokens scored at every length)",
+    )
+    e.add_argument(
+        "--rope-scaling",
+        choices=("linear", "ntk"),
+        help="RoPE past the training length: position interpolation or NTK-aware scaling",
+    )
     e.add_argument("--json", action="store_true", help="print JSON instead of a table")
     e.set_defaults(func=run_eval)
 
     x = sub.add_parser("experiment", help="experiments", description="Experiments that train and compare models.")
     xs = x.add_subparsers(dest="experiment", metavar="EXPERIMENT", required=True)
-    pos = xs.add_parser("positions", help="train short, test long: every positional scheme", description="Train the same small GPT once per positional scheme and evaluate it at 1x..8x the training length.")
+    pos = xs.add_parser(
+        "positions",
+        help="train short, test long: every positional scheme",
+        description="Train the same small GPT once per positional scheme and evaluate it at 1x..8x the training length.",
+    )
     pos.add_argument("data", help="shard folder or text file")
     pos.add_argument("--out", type=Path, required=True, help="folder for positions.md/.json/.png and the checkpoints")
     pos.add_argument("--schemes", type=_names, default=_SCHEMES, help="comma-separated (default all: %(default)s)")
     pos.add_argument("--train-length", type=int)
-    pos.add_argument("--multiples", type=_lengths, help="evaluation lengths as multiples of the training length (default 1,2,4,8)")
+    pos.add_argument(
+        "--multiples", type=_lengths, help="evaluation lengths as multiples of the training length (default 1,2,4,8)"
+    )
     pos.add_argument("--steps", type=int)
     pos.add_argument("--batch-size", type=int)
     pos.add_argument("--dim", type=int)
     pos.add_argument("--layers", type=int, dest="n_layers")
     pos.add_argument("--heads", type=int, dest="n_heads")
     pos.add_argument("--seed", type=int)
-    pos.add_argument("--eval-tokens", type=int, help="score about this many validation tokens per length (default: all)")
+    pos.add_argument(
+        "--eval-tokens", type=int, help="score about this many validation tokens per length (default: all)"
+    )
     pos.add_argument("--quick", action="store_true", help="a tiny run (seconds), as the tests use")
     pos.add_argument("--no-progress", action="store_true")
     pos.set_defaults(func=run_experiment)
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from tokembed.checkpoint import read_checkpoint_config
-    from tokembed.model import GPTConfig
-    from tokembed.training import TrainConfig, train
+    from tokembed.model.checkpoint import read_checkpoint_config
+    from tokembed.model.config import GPTConfig
+    from tokembed.training.config import TrainConfig
+    from tokembed.training.loop import train
 
     train_fields = [f.name for f in fields(TrainConfig) if f.name not in ("data", "out")]
     given = {k: getattr(args, k) for k in train_fields if getattr(args, k, None) is not None}
@@ -139,9 +188,22 @@ def run_train(args: argparse.Namespace) -> int:
             # Windows as long as the model's context unless asked otherwise (never longer).
             given["max_length"] = min(args.context_length, TrainConfig.__dataclass_fields__["max_length"].default)
         config = TrainConfig(data=args.data, out=str(args.out), **given)
-        names = ("positional", "dim", "n_layers", "n_heads", "dropout", "rope_base", "t5_num_buckets", "t5_max_distance", "shaw_max_distance", "document_mask")
+        names = (
+            "positional",
+            "dim",
+            "n_layers",
+            "n_heads",
+            "dropout",
+            "rope_base",
+            "t5_num_buckets",
+            "t5_max_distance",
+            "shaw_max_distance",
+            "document_mask",
+        )
         model_args = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
-        model_config = GPTConfig(context_length=args.context_length or config.max_length, tie_embeddings=not args.no_tie, **model_args)
+        model_config = GPTConfig(
+            context_length=args.context_length or config.max_length, tie_embeddings=not args.no_tie, **model_args
+        )
     result = train(config, model_config, resume=args.resume, progress=_show_progress(args))
     val = f", validation loss {result.val_loss:.4f}" if result.val_loss is not None else ""
     print(f"step {result.step}: train loss {result.train_loss:.4f}{val}; checkpoint {result.checkpoint}")
@@ -154,35 +216,59 @@ def format_rows(rows: list[dict]) -> str:
         if r["loss"] is None:
             lines.append(f"| {r['length']} | n/a | n/a | 0 | {r['note']} |")
         else:
-            lines.append(f"| {r['length']} | {r['loss']:.4f} | {r['perplexity']:.2f} | {r['windows']} | {r.get('note', '')} |")
+            lines.append(
+                f"| {r['length']} | {r['loss']:.4f} | {r['perplexity']:.2f} | {r['windows']} | {r.get('note', '')} |"
+            )
     return "\n".join(lines)
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    from tokembed.checkpoint import load_checkpoint
-    from tokembed.evaluation import evaluate
+    from tokembed.model.checkpoint import load_checkpoint
+    from tokembed.training.evaluation import evaluate
 
     model, config = load_checkpoint(args.checkpoint)
     lengths = args.lengths
     if lengths is None:
         base = int(config.get("train", {}).get("max_length") or model.config.context_length)
         lengths = [base * m for m in (1, 2, 4, 8)]
-    rows = evaluate((model, config), lengths=lengths, data=args.data, batch_size=args.batch_size, max_windows=args.max_windows, max_tokens=args.max_tokens, rope_scaling=args.rope_scaling)
+    rows = evaluate(
+        (model, config),
+        lengths=lengths,
+        data=args.data,
+        batch_size=args.batch_size,
+        max_windows=args.max_windows,
+        max_tokens=args.max_tokens,
+        rope_scaling=args.rope_scaling,
+    )
     print(json.dumps(rows, indent=1) if args.json else format_rows(rows))
     return 0
 
 
 def run_experiment(args: argparse.Namespace) -> int:
-    from tokembed.experiment import QUICK, PositionsExperiment, run_positions_experiment
+    from tokembed.training.experiment import QUICK, PositionsExperiment, run_positions_experiment
 
-    options = {k: getattr(args, k) for k in ("train_length", "multiples", "steps", "batch_size", "dim", "n_layers", "n_heads", "seed", "eval_tokens") if getattr(args, k) is not None}
+    options = {
+        k: getattr(args, k)
+        for k in (
+            "train_length",
+            "multiples",
+            "steps",
+            "batch_size",
+            "dim",
+            "n_layers",
+            "n_heads",
+            "seed",
+            "eval_tokens",
+        )
+        if getattr(args, k) is not None
+    }
     if args.quick:
         options = {**QUICK, **options}
     if "multiples" in options:
         options["multiples"] = tuple(options["multiples"])
     config = PositionsExperiment(data=args.data, out=str(args.out), schemes=tuple(args.schemes), **options)
     doc = run_positions_experiment(config, progress=_show_progress(args))
-    from tokembed.experiment import format_table
+    from tokembed.training.experiment import format_table
 
     print(format_table(doc))
     print(f"\nwrote {args.out / 'positions.md'}, {args.out / 'positions.json'}, {args.out / 'positions.png'}")

@@ -27,5 +27,10 @@ class LearnedPositionalEmbedding(nn.Embedding):
         return self.num_embeddings
 
     def forward(self, position_ids: torch.Tensor) -> torch.Tensor:
-        check_index_tensor("position", position_ids, self.num_embeddings, what=f"the context length (this table holds {self.num_embeddings} positions; give a larger context_length)")
+        check_index_tensor(
+            "position",
+            position_ids,
+            self.num_embeddings,
+            what=f"the context length (this table holds {self.num_embeddings} positions; give a larger context_length)",
+        )
         return super().forward(position_ids)

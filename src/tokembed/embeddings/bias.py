@@ -52,7 +52,9 @@ class ALiBi(AttentionPositional):
         return f"n_heads={self.n_heads}"
 
 
-def t5_relative_bucket(relative_position: torch.Tensor, *, bidirectional: bool = False, num_buckets: int = 32, max_distance: int = 128) -> torch.Tensor:
+def t5_relative_bucket(
+    relative_position: torch.Tensor, *, bidirectional: bool = False, num_buckets: int = 32, max_distance: int = 128
+) -> torch.Tensor:
     """T5's bucket of each relative position ``key - query`` (Raffel et al. 2020, section 2.1).
 
     Distances below ``num_buckets // 2`` (halved again when bidirectional) get a bucket each;
@@ -75,7 +77,9 @@ def t5_relative_bucket(relative_position: torch.Tensor, *, bidirectional: bool =
         n = n.clamp(min=0)
     max_exact = num_buckets // 2
     if max_exact < 1 or max_distance <= max_exact:
-        raise ValueError(f"num_buckets={num_buckets} and max_distance={max_distance} leave no room for logarithmic buckets; use num_buckets >= 4 and max_distance > num_buckets // 2")
+        raise ValueError(
+            f"num_buckets={num_buckets} and max_distance={max_distance} leave no room for logarithmic buckets; use num_buckets >= 4 and max_distance > num_buckets // 2"
+        )
     log_ratio = torch.log(n.clamp(min=1).double() / max_exact) / math.log(max_distance / max_exact)
     large = max_exact + (log_ratio * (num_buckets - max_exact)).long()  # truncation, as T5 does
     large = large.clamp(max=num_buckets - 1)
@@ -91,17 +95,26 @@ class T5RelativeBias(AttentionPositional):
         bidirectional: False for a causal (decoder) model.
     """
 
-    def __init__(self, n_heads: int, *, num_buckets: int = 32, max_distance: int = 128, bidirectional: bool = False) -> None:
+    def __init__(
+        self, n_heads: int, *, num_buckets: int = 32, max_distance: int = 128, bidirectional: bool = False
+    ) -> None:
         super().__init__()
         self.n_heads = check_positive_int("n_heads", n_heads)
         self.num_buckets, self.max_distance, self.bidirectional = num_buckets, max_distance, bidirectional
-        t5_relative_bucket(torch.zeros(1, dtype=torch.long), bidirectional=bidirectional, num_buckets=num_buckets, max_distance=max_distance)  # validates
+        t5_relative_bucket(
+            torch.zeros(1, dtype=torch.long),
+            bidirectional=bidirectional,
+            num_buckets=num_buckets,
+            max_distance=max_distance,
+        )  # validates
         self.bias = nn.Embedding(num_buckets, n_heads)
         nn.init.normal_(self.bias.weight, std=0.02)
 
     def score_bias(self, q: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
         rel = relative_positions(q_pos, k_pos)  # (B,Tq,Tk)
-        buckets = t5_relative_bucket(rel, bidirectional=self.bidirectional, num_buckets=self.num_buckets, max_distance=self.max_distance)
+        buckets = t5_relative_bucket(
+            rel, bidirectional=self.bidirectional, num_buckets=self.num_buckets, max_distance=self.max_distance
+        )
         return self.bias(buckets).permute(0, 3, 1, 2).to(q.dtype)  # (B,Tq,Tk,H) -> (B,H,Tq,Tk)
 
     def extra_repr(self) -> str:

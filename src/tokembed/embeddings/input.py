@@ -32,11 +32,15 @@ class InputEmbedding(nn.Module):
             which nothing is added here.
     """
 
-    def __init__(self, vocab_size: int, dim: int, context_length: int, *, dropout: float = 0.0, positional: str = "learned") -> None:
+    def __init__(
+        self, vocab_size: int, dim: int, context_length: int, *, dropout: float = 0.0, positional: str = "learned"
+    ) -> None:
         super().__init__()
         self.scheme = positional_scheme(positional)
         self.token = TokenEmbedding(vocab_size, dim)
-        self.position = input_positional(positional, context_length=context_length, dim=dim)  # None when positions act in attention
+        self.position = input_positional(
+            positional, context_length=context_length, dim=dim
+        )  # None when positions act in attention
         self.dropout = nn.Dropout(check_probability("dropout", dropout))
         self.context_length = check_positive_int("context_length", context_length)
 
@@ -45,7 +49,12 @@ class InputEmbedding(nn.Module):
         return self.scheme.name
 
     def forward(
-        self, ids: torch.Tensor, *, position_ids: torch.Tensor | None = None, offset: int = 0, return_positions: bool = False
+        self,
+        ids: torch.Tensor,
+        *,
+        position_ids: torch.Tensor | None = None,
+        offset: int = 0,
+        return_positions: bool = False,
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Embed ``ids``.
 
@@ -60,21 +69,35 @@ class InputEmbedding(nn.Module):
         """
         tok = self.token(ids)  # (B,T) -> (B,T,D); checks the ids' type and range first
         if ids.dim() != 2:
-            raise ValueError(f"ids must have shape (batch, seq_len), got shape {tuple(ids.shape)}; add a batch dimension with ids.unsqueeze(0)")
+            raise ValueError(
+                f"ids must have shape (batch, seq_len), got shape {tuple(ids.shape)}; add a batch dimension with ids.unsqueeze(0)"
+            )
         B, T = ids.shape
         if position_ids is None:
             if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
                 raise ValueError(f"offset must be an integer >= 0, got {offset!r}")
             if self.scheme.bounded and offset + T > self.context_length:
                 if offset:
-                    raise ValueError(f"positions {offset}..{offset + T - 1} exceed context_length {self.context_length} of the learned position table; crop the context to the last {self.context_length} tokens")
-                raise ValueError(f"sequence length {T} exceeds context_length {self.context_length}; use windows of at most {self.context_length} tokens or a larger context_length")
+                    raise ValueError(
+                        f"positions {offset}..{offset + T - 1} exceed context_length {self.context_length} of the learned position table; crop the context to the last {self.context_length} tokens"
+                    )
+                raise ValueError(
+                    f"sequence length {T} exceeds context_length {self.context_length}; use windows of at most {self.context_length} tokens or a larger context_length"
+                )
             position_ids = torch.arange(offset, offset + T, device=ids.device)  # (T,)
         else:
-            if not isinstance(position_ids, torch.Tensor) or position_ids.dtype.is_floating_point or position_ids.dtype == torch.bool:
-                raise TypeError(f"position_ids must be an integer tensor, got {getattr(position_ids, 'dtype', type(position_ids).__name__)}")
+            if (
+                not isinstance(position_ids, torch.Tensor)
+                or position_ids.dtype.is_floating_point
+                or position_ids.dtype == torch.bool
+            ):
+                raise TypeError(
+                    f"position_ids must be an integer tensor, got {getattr(position_ids, 'dtype', type(position_ids).__name__)}"
+                )
             if position_ids.shape not in ((T,), (B, T)):
-                raise ValueError(f"position_ids must have shape ({T},) or ({B}, {T}) to match ids {tuple(ids.shape)}, got {tuple(position_ids.shape)}")
+                raise ValueError(
+                    f"position_ids must have shape ({T},) or ({B}, {T}) to match ids {tuple(ids.shape)}, got {tuple(position_ids.shape)}"
+                )
             if position_ids.numel() and position_ids.min().item() < 0:
                 raise ValueError(f"position ids must be >= 0, got {position_ids.min().item()}")
         x = tok

@@ -53,7 +53,9 @@ SCHEMES: dict[str, PositionalScheme] = {
         PositionalScheme("rope", "rotate", False, False, "Su et al. 2021 (RoFormer)"),
         PositionalScheme("alibi", "score", False, False, "Press et al. 2022 (Train Short, Test Long)"),
         PositionalScheme("t5", "score", False, False, "Raffel et al. 2020 (T5), section 2.1"),
-        PositionalScheme("shaw", "score", True, False, "Shaw et al. 2018 (Self-Attention with Relative Position Representations)"),
+        PositionalScheme(
+            "shaw", "score", True, False, "Shaw et al. 2018 (Self-Attention with Relative Position Representations)"
+        ),
         PositionalScheme("none", "none", False, False, "Haviv et al. 2022; Kazemnejad et al. 2023 (NoPE)"),
     )
 }

@@ -29,12 +29,16 @@ from tokembed.embeddings.interface import AttentionPositional
 ROPE_SCALINGS = ("linear", "ntk")
 
 
-def rope_inv_freq(head_dim: int, *, base: float = 10000.0, scaling: str | None = None, factor: float = 1.0) -> torch.Tensor:
+def rope_inv_freq(
+    head_dim: int, *, base: float = 10000.0, scaling: str | None = None, factor: float = 1.0
+) -> torch.Tensor:
     """The (head_dim/2,) angular frequencies ``theta_i``, after the chosen scaling (float64)."""
     if scaling is not None and scaling not in ROPE_SCALINGS:
         raise ValueError(f"rope scaling must be one of {', '.join(ROPE_SCALINGS)} or None, got {scaling!r}")
     if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor >= 1.0 or math.isinf(factor):
-        raise ValueError(f"rope scaling factor must be a number >= 1 (the new length over the trained one), got {factor!r}")
+        raise ValueError(
+            f"rope scaling factor must be a number >= 1 (the new length over the trained one), got {factor!r}"
+        )
     if scaling == "ntk":
         base = base * factor ** (head_dim / (head_dim - 2))
     inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))  # (d/2,)
@@ -56,11 +60,15 @@ class RotaryEmbedding(AttentionPositional):
         x (B, H, T, head_dim), position_ids (T,) or (B, T) integer -> (B, H, T, head_dim)
     """
 
-    def __init__(self, head_dim: int, *, base: float = 10000.0, scaling: str | None = None, factor: float = 1.0) -> None:
+    def __init__(
+        self, head_dim: int, *, base: float = 10000.0, scaling: str | None = None, factor: float = 1.0
+    ) -> None:
         super().__init__()
         check_positive_int("head_dim", head_dim)
         if head_dim % 2:
-            raise ValueError(f"RoPE rotates pairs of dimensions: head_dim must be even, got {head_dim}; pick dim and n_heads so that dim // n_heads is even")
+            raise ValueError(
+                f"RoPE rotates pairs of dimensions: head_dim must be even, got {head_dim}; pick dim and n_heads so that dim // n_heads is even"
+            )
         if not base > 1:
             raise ValueError(f"rope base must be > 1, got {base!r}")
         self.head_dim, self.base = head_dim, float(base)

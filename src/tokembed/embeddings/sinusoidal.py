@@ -40,7 +40,9 @@ class SinusoidalPositionalEmbedding(nn.Module):
         super().__init__()
         check_positive_int("dim", dim)
         if dim % 2:
-            raise ValueError(f"dim must be even for sinusoidal positions (a sine and a cosine per frequency), got {dim}; use an even width")
+            raise ValueError(
+                f"dim must be even for sinusoidal positions (a sine and a cosine per frequency), got {dim}; use an even width"
+            )
         if not base > 1:
             raise ValueError(f"base must be > 1, got {base!r}")
         self.dim, self.base = dim, float(base)
@@ -49,8 +51,14 @@ class SinusoidalPositionalEmbedding(nn.Module):
         self.register_buffer("inv_freq", inv_freq, persistent=False)
 
     def forward(self, position_ids: torch.Tensor) -> torch.Tensor:
-        if not isinstance(position_ids, torch.Tensor) or position_ids.dtype.is_floating_point or position_ids.dtype == torch.bool:
-            raise TypeError(f"position ids must be an integer tensor, got {getattr(position_ids, 'dtype', type(position_ids).__name__)}; use torch.arange(T)")
+        if (
+            not isinstance(position_ids, torch.Tensor)
+            or position_ids.dtype.is_floating_point
+            or position_ids.dtype == torch.bool
+        ):
+            raise TypeError(
+                f"position ids must be an integer tensor, got {getattr(position_ids, 'dtype', type(position_ids).__name__)}; use torch.arange(T)"
+            )
         angles = position_ids.to(torch.float64).unsqueeze(-1) * self.inv_freq  # (*,1) * (D/2,) -> (*,D/2)
         pe = torch.stack((angles.sin(), angles.cos()), dim=-1)  # (*,D/2,2): sin at 2i, cos at 2i+1
         return pe.flatten(-2).to(torch.float32)  # (*,D)

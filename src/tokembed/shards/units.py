@@ -20,13 +20,23 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tokembed.shards import INDEX_DTYPE, dtype_for_vocab
-from tokembed.sources import CONT, LINES, MORE, InputFile, Span, line_number, plan_units, read_span, split_span
+from tokembed.shards.format import INDEX_DTYPE, dtype_for_vocab
+from tokembed.shards.sources import CONT, LINES, MORE, InputFile, Span, line_number, plan_units, read_span, split_span
 
 if TYPE_CHECKING:
-    from tokembed.prepare import PrepareConfig
+    from tokembed.shards.config import PrepareConfig
 
-__all__ = ["PART_BYTES", "VAL_KEY_BYTES", "Unit", "iter_units", "join_parts", "tokenize_unit", "trim_heap", "unit_input_hash", "unit_parts"]
+__all__ = [
+    "PART_BYTES",
+    "VAL_KEY_BYTES",
+    "Unit",
+    "iter_units",
+    "join_parts",
+    "tokenize_unit",
+    "trim_heap",
+    "unit_input_hash",
+    "unit_parts",
+]
 
 SPLITS = ("train", "val")
 FILE_STATS = ("documents", "tokens", "chars", "text_bytes", "empty", "replaced", "bad_lines")
@@ -75,7 +85,11 @@ def unit_parts(unit: Unit, config: PrepareConfig, names: dict[int, str]) -> list
     for sp in unit.spans:
         if not sp.flags & (LINES | CONT | MORE) and len(sp) > PART_BYTES and config.val_fraction > 0:
             n = _head_bytes()
-            head = sp.data[:n] if sp.data is not None else read_span(Span(sp.file, sp.start, min(sp.end, sp.start + n)), names[sp.file])
+            head = (
+                sp.data[:n]
+                if sp.data is not None
+                else read_span(Span(sp.file, sp.start, min(sp.end, sp.start + n)), names[sp.file])
+            )
             if _head_in_val(head, config.val_fraction):
                 sp = dataclasses.replace(sp, flags=sp.flags | VAL)
         spans += split_span(sp, PART_BYTES, names[sp.file])
@@ -106,7 +120,9 @@ def iter_units(files: Sequence[InputFile], config: PrepareConfig, *, carry: bool
     the document's first `VAL_KEY_BYTES` (the same rule the workers apply to whole documents).
     """
     in_val = False
-    for uid, (spans, disk_bytes) in enumerate(plan_units(files, config.unit_bytes, carry=carry, head_bytes=_head_bytes() if config.val_fraction > 0 else 0)):
+    for uid, (spans, disk_bytes) in enumerate(
+        plan_units(files, config.unit_bytes, carry=carry, head_bytes=_head_bytes() if config.val_fraction > 0 else 0)
+    ):
         for sp in spans:
             if sp.head is not None:
                 in_val = _head_in_val(sp.head, config.val_fraction)
@@ -197,91 +213,145 @@ def tokenize_unit(unit: Unit, config: PrepareConfig, names: Sequence[str] | dict
 
     trim_heap()  # the previous unit's buffers are gone by now
     enc = get_tokenizer(config.tokenizer)
-    eot = enc.eot_token
-    dtype = dtype_for_vocab(enc.n_vocab)
     datas = [read_span(sp, names[sp.file]) for sp in unit.spans]
     input_hash = _input_hash(unit.spans, datas)
-    pieces: dict[str, list[np.ndarray]] = {s: [] for s in SPLITS}
-    starts: dict[str, list[int]] = {s: [] for s in SPLITS}  # document starts within the split's shard
-    filled = dict.fromkeys(SPLITS, 0)
-    stats: dict[int, dict[str, int]] = {}
+    acc = _UnitTokens(enc.eot_token, dtype_for_vocab(enc.n_vocab))
     for sp, data in zip(unit.spans, datas):
-        fi, name = sp.file, names[sp.file]
-        st = stats.setdefault(fi, dict.fromkeys(FILE_STATS, 0))
-        cut = sp.flags & (CONT | MORE)
+        st = acc.stats.setdefault(sp.file, dict.fromkeys(FILE_STATS, 0))
         for raw, offset, k in _records(sp, data):
-
-            def where() -> str:
-                if k < 0:
-                    return name
-                return f"{name}, line {sp.line + k if sp.line else line_number(name, offset)}"
-
-            if k >= 0 and not raw.strip():
-                continue  # blank line in JSON Lines
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                if config.strict:
-                    gz = " of the decompressed data" if name.endswith(".gz") else ""
-                    raise ValueError(
-                        f"{where()}: invalid UTF-8 at byte offset {offset + e.start}{gz} ({raw[e.start:e.start + 4]!r}); "
-                        "fix the file, or drop --strict to replace invalid bytes with U+FFFD"
-                    ) from None
-                text = raw.decode("utf-8", "replace")
-                st["replaced"] += text.count("\ufffd") - raw.count("\ufffd".encode())
-            if k >= 0:
-                try:
-                    obj = json.loads(text)
-                except json.JSONDecodeError as e:
-                    if config.skip_bad_lines:
-                        st["bad_lines"] += 1
-                        continue
-                    raise ValueError(f"{where()}: not valid JSON ({e.msg} at column {e.colno}); fix the line or pass --skip-bad-lines") from None
-                value = obj.get(config.field) if isinstance(obj, dict) else None
-                if not isinstance(value, str):
-                    if config.skip_bad_lines:
-                        st["bad_lines"] += 1
-                        continue
-                    what = "lacks the field" if not isinstance(obj, dict) or config.field not in obj else f"has a non-string {type(value).__name__} in field"
-                    keys = f" (it has {', '.join(map(repr, list(obj)[:8]))})" if isinstance(obj, dict) else ""
-                    raise ValueError(f"{where()}: the JSON record {what} {config.field!r}{keys}; choose the field with --field, or pass --skip-bad-lines")
-                text = value
-            if cut:  # a piece of a cut document: never blank, its split decided by the planner
+            where = _Where(names[sp.file], sp, offset, k)
+            text = _record_text(raw, where, config, st)
+            if text is None:
+                continue
+            if sp.flags & (CONT | MORE):  # a piece of a cut document: never blank, its split decided by the planner
                 split = "val" if sp.flags & VAL else "train"
+            elif not text.strip():
+                st["empty"] += 1
+                continue
             else:
-                if not text.strip():
-                    st["empty"] += 1
-                    continue
                 split = "val" if _in_val(text, config.val_fraction) else "train"
-            ids = _encode_ordinary(enc, text)
-            end = not sp.flags & MORE  # the document ends here: its <|endoftext|> follows
-            arr = np.empty(len(ids) + end, dtype=dtype)
-            arr[: len(ids)] = ids
-            if end:
-                arr[-1] = eot
-            if not sp.flags & CONT:
-                starts[split].append(filled[split])
-                st["documents"] += 1
-            pieces[split].append(arr)
-            filled[split] += len(arr)
-            st["tokens"] += len(ids)
-            st["chars"] += len(text)
-            st["text_bytes"] += len(text.encode("utf-8", "surrogatepass"))
+            acc.add(split, _encode_ordinary(enc, text), text, sp, st)
     del datas
-    out: dict[str, Any] = {"unit": unit.id, "part": unit.part, "input_hash": input_hash, "stats": stats, "splits": {}}
-    for s in SPLITS:
-        if pieces[s]:
-            out["splits"][s] = {
-                "tokens": np.concatenate(pieces[s]),  # (n_tokens,)
-                "index": np.asarray(starts[s], dtype=INDEX_DTYPE),  # (n_documents,) where documents start; none for a middle piece
-            }
-    return out
+    return acc.result(unit, input_hash)
+
+
+class _Where:
+    """Where a record is, for error messages: the file, and the line for JSON Lines (counted on demand)."""
+
+    def __init__(self, name: str, sp: Span, offset: int, k: int) -> None:
+        self.name, self.sp, self.offset, self.k = name, sp, offset, k
+
+    def __str__(self) -> str:
+        if self.k < 0:
+            return self.name
+        line = self.sp.line + self.k if self.sp.line else line_number(self.name, self.offset)
+        return f"{self.name}, line {line}"
+
+
+def _record_text(raw: bytes, where: _Where, config: PrepareConfig, st: dict[str, int]) -> str | None:
+    """The text of one record (a document, a piece of one, or a JSON line's field); None to skip it."""
+    if where.k >= 0 and not raw.strip():
+        return None  # blank line in JSON Lines
+    text = _decode(raw, where, config, st)
+    if where.k < 0:
+        return text
+    return _json_field(text, where, config, st)
+
+
+def _decode(raw: bytes, where: _Where, config: PrepareConfig, st: dict[str, int]) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        if config.strict:
+            gz = " of the decompressed data" if where.name.endswith(".gz") else ""
+            raise ValueError(
+                f"{where}: invalid UTF-8 at byte offset {where.offset + e.start}{gz} ({raw[e.start : e.start + 4]!r}); "
+                "fix the file, or drop --strict to replace invalid bytes with U+FFFD"
+            ) from None
+    text = raw.decode("utf-8", "replace")
+    st["replaced"] += text.count("\ufffd") - raw.count("\ufffd".encode())
+    return text
+
+
+def _json_field(text: str, where: _Where, config: PrepareConfig, st: dict[str, int]) -> str | None:
+    """The ``config.field`` string of a JSON line; None (counted) for a bad line under ``skip_bad_lines``."""
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as e:
+        if config.skip_bad_lines:
+            st["bad_lines"] += 1
+            return None
+        raise ValueError(
+            f"{where}: not valid JSON ({e.msg} at column {e.colno}); fix the line or pass --skip-bad-lines"
+        ) from None
+    value = obj.get(config.field) if isinstance(obj, dict) else None
+    if isinstance(value, str):
+        return value
+    if config.skip_bad_lines:
+        st["bad_lines"] += 1
+        return None
+    if not isinstance(obj, dict) or config.field not in obj:
+        what = "lacks the field"
+    else:
+        what = f"has a non-string {type(value).__name__} in field"
+    keys = f" (it has {', '.join(map(repr, list(obj)[:8]))})" if isinstance(obj, dict) else ""
+    raise ValueError(
+        f"{where}: the JSON record {what} {config.field!r}{keys}; choose the field with --field, or pass --skip-bad-lines"
+    )
+
+
+class _UnitTokens:
+    """A unit's (or part's) tokens as they are made: per split the arrays, where documents start, counts."""
+
+    def __init__(self, eot: int, dtype: np.dtype) -> None:
+        self.eot, self.dtype = eot, dtype
+        self.pieces: dict[str, list[np.ndarray]] = {s: [] for s in SPLITS}
+        self.starts: dict[str, list[int]] = {s: [] for s in SPLITS}  # document starts within the split's shard
+        self.filled = dict.fromkeys(SPLITS, 0)
+        self.stats: dict[int, dict[str, int]] = {}
+
+    def add(self, split: str, ids: np.ndarray, text: str, sp: Span, st: dict[str, int]) -> None:
+        """Append a document's (or piece's) ids, and its ``<|endoftext|>`` when the document ends here."""
+        end = not sp.flags & MORE
+        arr = np.empty(len(ids) + end, dtype=self.dtype)
+        arr[: len(ids)] = ids
+        if end:
+            arr[-1] = self.eot
+        if not sp.flags & CONT:
+            self.starts[split].append(self.filled[split])
+            st["documents"] += 1
+        self.pieces[split].append(arr)
+        self.filled[split] += len(arr)
+        st["tokens"] += len(ids)
+        st["chars"] += len(text)
+        st["text_bytes"] += len(text.encode("utf-8", "surrogatepass"))
+
+    def result(self, unit: Unit, input_hash: str) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "unit": unit.id,
+            "part": unit.part,
+            "input_hash": input_hash,
+            "stats": self.stats,
+            "splits": {},
+        }
+        for s in SPLITS:
+            if self.pieces[s]:
+                out["splits"][s] = {
+                    "tokens": np.concatenate(self.pieces[s]),  # (n_tokens,)
+                    "index": np.asarray(self.starts[s], dtype=INDEX_DTYPE),  # (n_documents,); none for a middle piece
+                }
+        return out
 
 
 def join_parts(results: list[dict[str, Any]]) -> dict[str, Any]:
     """One unit's result from its parts' (in order): tokens concatenated, document starts shifted, counts
     added, and the sha256 of the files to be written."""
-    out: dict[str, Any] = {"unit": results[0]["unit"], "input_hash": _unit_hash([r["input_hash"] for r in results]), "stats": {}, "splits": {}}
+    out: dict[str, Any] = {
+        "unit": results[0]["unit"],
+        "input_hash": _unit_hash([r["input_hash"] for r in results]),
+        "stats": {},
+        "splits": {},
+    }
     for r in results:
         for fi, st in r["stats"].items():
             acc = out["stats"].setdefault(fi, dict.fromkeys(FILE_STATS, 0))
@@ -293,7 +363,9 @@ def join_parts(results: list[dict[str, Any]]) -> dict[str, Any]:
             continue
         offsets = np.cumsum([0] + [len(p["tokens"]) for p in parts[:-1]])
         tokens = np.concatenate([p["tokens"] for p in parts]) if len(parts) > 1 else parts[0]["tokens"]  # (n_tokens,)
-        index = np.concatenate([p["index"] + o for p, o in zip(parts, offsets)]).astype(INDEX_DTYPE, copy=False)  # (n_documents,)
+        index = np.concatenate([p["index"] + o for p, o in zip(parts, offsets)]).astype(
+            INDEX_DTYPE, copy=False
+        )  # (n_documents,)
         out["splits"][s] = {
             "tokens": tokens,
             "index": index,

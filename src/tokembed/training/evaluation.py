@@ -16,13 +16,15 @@ import torch
 
 from tokembed._checks import check_positive_int
 from tokembed.embeddings.rotary import RotaryEmbedding
-from tokembed.model import GPT
+from tokembed.model.gpt import GPT
 
 __all__ = ["evaluate", "evaluate_tokens", "rope_scaled"]
 
 
 @torch.no_grad()
-def evaluate_tokens(model: GPT, tokens: np.ndarray | torch.Tensor, *, length: int, batch_size: int = 8, max_windows: int | None = None) -> dict:
+def evaluate_tokens(
+    model: GPT, tokens: np.ndarray | torch.Tensor, *, length: int, batch_size: int = 8, max_windows: int | None = None
+) -> dict:
     """Mean next-token cross-entropy of ``model`` over non-overlapping windows of ``tokens``.
 
     Args:
@@ -37,12 +39,16 @@ def evaluate_tokens(model: GPT, tokens: np.ndarray | torch.Tensor, *, length: in
     """
     check_positive_int("length", length)
     check_positive_int("batch_size", batch_size)
-    ids = torch.as_tensor(np.asarray(tokens, dtype=np.int64) if not isinstance(tokens, torch.Tensor) else tokens, dtype=torch.long)
+    ids = torch.as_tensor(
+        np.asarray(tokens, dtype=np.int64) if not isinstance(tokens, torch.Tensor) else tokens, dtype=torch.long
+    )
     n_windows = len(range(0, len(ids) - length, length))
     if max_windows is not None:
         n_windows = min(n_windows, max_windows)
     if n_windows == 0:
-        raise ValueError(f"the validation text has {len(ids)} tokens, fewer than one window of length {length} needs ({length + 1}); evaluate shorter lengths or on more text")
+        raise ValueError(
+            f"the validation text has {len(ids)} tokens, fewer than one window of length {length} needs ({length + 1}); evaluate shorter lengths or on more text"
+        )
     model.eval()
     device = next(model.parameters()).device
     total, count = 0.0, 0
@@ -53,7 +59,13 @@ def evaluate_tokens(model: GPT, tokens: np.ndarray | torch.Tensor, *, length: in
         total += model.loss(win[:, :-1], win[:, 1:], reduction="sum").item()  # (b,T),(b,T) -> summed nats
         count += win.shape[0] * length
     loss = total / count
-    return {"length": length, "loss": loss, "perplexity": math.exp(min(loss, 700.0)), "windows": n_windows, "tokens": count}
+    return {
+        "length": length,
+        "loss": loss,
+        "perplexity": math.exp(min(loss, 700.0)),
+        "windows": n_windows,
+        "tokens": count,
+    }
 
 
 class rope_scaled:
@@ -102,8 +114,8 @@ def evaluate(
         One dict per length: ``length``, ``loss``, ``perplexity``, ``windows``, ``tokens``, or
         ``loss=None`` with ``note`` when the model cannot read that far.
     """
-    from tokembed.checkpoint import load_checkpoint
-    from tokembed.training import load_training_data
+    from tokembed.model.checkpoint import load_checkpoint
+    from tokembed.training.data import load_training_data
 
     model, config = load_checkpoint(checkpoint) if not isinstance(checkpoint, tuple) else checkpoint
     if not lengths:
@@ -124,7 +136,14 @@ def evaluate(
     for length in lengths:
         limit = model.max_length
         if limit is not None and length > limit:
-            rows.append({"length": length, "loss": None, "perplexity": None, "note": f"learned positions stop at {limit}: the table has no row for position {limit} and beyond"})
+            rows.append(
+                {
+                    "length": length,
+                    "loss": None,
+                    "perplexity": None,
+                    "note": f"learned positions stop at {limit}: the table has no row for position {limit} and beyond",
+                }
+            )
             continue
         windows = max_windows
         if max_tokens is not None:

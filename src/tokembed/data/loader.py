@@ -33,76 +33,16 @@ import numpy as np
 import torch
 
 from tokembed._checks import check_positive_int
-from tokembed.shards import RankPlan, add_rank_plans, rank_plan  # noqa: F401 (re-exported: the loader follows this arithmetic)
-from tokembed.windows import SlidingWindowDataset
+from tokembed.data.plan import RankPlan, rank_plan
+from tokembed.data.shuffle import FeistelPermutation
+from tokembed.data.windows import SlidingWindowDataset
 
-__all__ = ["FeistelPermutation", "LoaderConfig", "RankPlan", "WindowLoader", "add_rank_plans", "create_dataloader", "rank_plan", "resolve_rank"]
+__all__ = ["LoaderConfig", "WindowLoader", "create_dataloader", "resolve_rank"]
 
 STATE_FORMAT = "tokembed-loader"
 STATE_VERSION = 1
 _PERM_POSITIONS = 65536  # positions permuted per vectorized call (~0.1 us each; 2 MB of temporaries)
 _CHUNK_TOKENS = 65536  # small batches are gathered together up to this many tokens (2 x 512 KiB of int64)
-
-# splitmix64's constants: a cheap, well-mixing 64-bit hash for the Feistel round function.
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
-_MIX2 = np.uint64(0x94D049BB133111EB)
-
-
-def _mix64(v: np.ndarray, key: np.uint64) -> np.ndarray:
-    z = v + key + _GOLDEN  # uint64 arrays wrap around silently, as the hash wants
-    z = (z ^ (z >> np.uint64(30))) * _MIX1
-    z = (z ^ (z >> np.uint64(27))) * _MIX2
-    return z ^ (z >> np.uint64(31))
-
-
-class FeistelPermutation:
-    """A pseudo-random permutation of ``[0, n)`` evaluated by formula, O(1) memory.
-
-    A keyed Feistel network is a bijection on ``[0, 2**b)`` for any round function (each round
-    is invertible); ``2**b`` is the smallest power of two >= ``n``. Values that land at or past ``n``
-    are sent through the network again (cycle walking) until they fall inside ``[0, n)``, which keeps
-    it a bijection of ``[0, n)``; as ``2**b < 2n``, under two passes are needed on average.
-
-    Args:
-        n: the size of the domain.
-        seed: any int >= 0; with ``epoch`` it selects the permutation.
-        epoch: a new epoch, a new order.
-        rounds: Feistel rounds. Four rounds of independent random functions make a strong pseudo-random
-            permutation (Luby-Rackoff); here each round is a keyed 64-bit hash (splitmix64's finaliser),
-            plenty for an epoch's order: consecutive positions look unrelated (tested).
-
-    ``perm(positions)`` maps an int64 array of positions to window indices of the same shape.
-    """
-
-    def __init__(self, n: int, *, seed: int, epoch: int, rounds: int = 4) -> None:
-        self.n = int(n)
-        self.bits = max(1, (self.n - 1).bit_length())
-        self.rounds = rounds
-        self.keys = np.random.SeedSequence([int(seed), int(epoch), 0x7E5F]).generate_state(rounds, dtype=np.uint64)
-        b = self.bits
-        self._splits = [(b // 2) if r % 2 == 0 else b - b // 2 for r in range(rounds)]
-
-    def _network(self, x: np.ndarray) -> np.ndarray:
-        b = self.bits
-        for s, key in zip(self._splits, self.keys):
-            s64, rest = np.uint64(s), np.uint64(b - s)
-            hi, lo = x >> s64, x & np.uint64((1 << s) - 1)
-            f = _mix64(lo, key) & np.uint64((1 << (b - s)) - 1)
-            x = (lo << rest) | (hi ^ f)  # the low part moves up, the high part is masked by a hash of it
-        return x
-
-    def __call__(self, positions: np.ndarray) -> np.ndarray:
-        p = np.asarray(positions, dtype=np.int64)
-        if self.n <= 1:
-            return np.zeros_like(p)
-        x = self._network(p.astype(np.uint64).ravel())
-        out = x >= np.uint64(self.n)
-        while out.any():  # cycle walking: at most a few passes over a shrinking subset
-            idx = np.flatnonzero(out)
-            x[idx] = self._network(x[idx])
-            out[idx] = x[idx] >= np.uint64(self.n)
-        return x.astype(np.int64).reshape(p.shape)
 
 
 # ------------------------------------------------------------------------------------------- ranks
@@ -156,14 +96,18 @@ class LoaderConfig:
         check_positive_int("batch_size", self.batch_size)
         if isinstance(self.seed, bool) or not isinstance(self.seed, numbers.Integral) or self.seed < 0:
             raise ValueError(f"seed must be an integer >= 0, got {self.seed!r}")
-        if isinstance(self.num_workers, bool) or not isinstance(self.num_workers, numbers.Integral) or self.num_workers < 0:
+        if (
+            isinstance(self.num_workers, bool)
+            or not isinstance(self.num_workers, numbers.Integral)
+            or self.num_workers < 0
+        ):
             raise ValueError(f"num_workers must be an integer >= 0, got {self.num_workers!r}")
         if self.prefetch_factor is not None:
             check_positive_int("prefetch_factor", self.prefetch_factor)
             if self.num_workers == 0:
-                raise ValueError(f"prefetch_factor={self.prefetch_factor} needs num_workers >= 1 (workers prefetch); leave it out or add workers")
-
-
+                raise ValueError(
+                    f"prefetch_factor={self.prefetch_factor} needs num_workers >= 1 (workers prefetch); leave it out or add workers"
+                )
 
 
 class _Epoch:
@@ -266,12 +210,26 @@ class WindowLoader:
     ``WindowLoader(dataset, LoaderConfig(batch_size=8), rank=None, world_size=None)``.
     """
 
-    def __init__(self, dataset: SlidingWindowDataset, config: LoaderConfig, *, rank: int | None = None, world_size: int | None = None) -> None:
+    def __init__(
+        self,
+        dataset: SlidingWindowDataset,
+        config: LoaderConfig,
+        *,
+        rank: int | None = None,
+        world_size: int | None = None,
+    ) -> None:
         self.dataset, self.config = dataset, config
-        self.batch_size, self.shuffle, self.seed, self.drop_last = config.batch_size, config.shuffle, config.seed, config.drop_last
+        self.batch_size, self.shuffle, self.seed, self.drop_last = (
+            config.batch_size,
+            config.shuffle,
+            config.seed,
+            config.drop_last,
+        )
         self.num_workers = config.num_workers
         self.rank, self.world_size = resolve_rank(rank, world_size)
-        self.plan = rank_plan(len(dataset), batch_size=self.batch_size, world_size=self.world_size, drop_last=self.drop_last)
+        self.plan = rank_plan(
+            len(dataset), batch_size=self.batch_size, world_size=self.world_size, drop_last=self.drop_last
+        )
         if self.plan.batches == 0:
             raise ValueError(
                 f"the source gives {len(dataset)} windows, fewer than batch_size={self.batch_size} x world_size={self.world_size}, "
@@ -316,8 +274,12 @@ class WindowLoader:
             kw = {} if cfg.prefetch_factor is None else {"prefetch_factor": cfg.prefetch_factor}
             source = iter(
                 torch.utils.data.DataLoader(
-                    stream, batch_size=None, num_workers=self.num_workers, pin_memory=cfg.pin_memory,
-                    multiprocessing_context=cfg.multiprocessing_context, **kw,
+                    stream,
+                    batch_size=None,
+                    num_workers=self.num_workers,
+                    pin_memory=cfg.pin_memory,
+                    multiprocessing_context=cfg.multiprocessing_context,
+                    **kw,
                 )
             )
         pin = cfg.pin_memory and self.num_workers == 0 and torch.cuda.is_available()  # workers pin in their DataLoader
@@ -335,9 +297,17 @@ class WindowLoader:
     def _config(self) -> dict[str, Any]:
         ds = self.dataset
         return {
-            "data": ds.fingerprint(), "n_tokens": ds.n_tokens, "windows": len(ds), "max_length": ds.max_length,
-            "stride": ds.stride, "within_documents": ds.within_documents, "batch_size": self.batch_size,
-            "shuffle": self.shuffle, "seed": self.seed, "drop_last": self.drop_last, "world_size": self.world_size,
+            "data": ds.fingerprint(),
+            "n_tokens": ds.n_tokens,
+            "windows": len(ds),
+            "max_length": ds.max_length,
+            "stride": ds.stride,
+            "within_documents": ds.within_documents,
+            "batch_size": self.batch_size,
+            "shuffle": self.shuffle,
+            "seed": self.seed,
+            "drop_last": self.drop_last,
+            "world_size": self.world_size,
         }
 
     def state_dict(self) -> dict[str, Any]:
@@ -347,7 +317,13 @@ class WindowLoader:
         workers prefetched but the loop has not received yet are not counted.
         """
         done = self._resume_at if self._resume_at else self._done
-        return {"format": STATE_FORMAT, "version": STATE_VERSION, "epoch": self._epoch, "batches_done": done, "config": self._config()}
+        return {
+            "format": STATE_FORMAT,
+            "version": STATE_VERSION,
+            "epoch": self._epoch,
+            "batches_done": done,
+            "config": self._config(),
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume: the next iteration yields exactly the batches that remained when ``state`` was taken.
@@ -357,18 +333,26 @@ class WindowLoader:
                 loader state at all.
         """
         if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
-            raise ValueError(f"not a tokembed loader state (format {state.get('format') if isinstance(state, dict) else type(state).__name__!r}); pass what WindowLoader.state_dict() returned")
+            raise ValueError(
+                f"not a tokembed loader state (format {state.get('format') if isinstance(state, dict) else type(state).__name__!r}); pass what WindowLoader.state_dict() returned"
+            )
         if state.get("version") != STATE_VERSION:
-            raise ValueError(f"loader state version {state.get('version')!r} is not {STATE_VERSION}; it was saved by another tokembed version")
+            raise ValueError(
+                f"loader state version {state.get('version')!r} is not {STATE_VERSION}; it was saved by another tokembed version"
+            )
         mine, theirs = self._config(), state.get("config", {})
         diff = [k for k in mine if theirs.get(k) != mine[k]]
         if diff:
             what = ", ".join(f"{k}={theirs.get(k)!r} (this loader: {mine[k]!r})" for k in diff)
             other = "another dataset: " if "data" in diff or "n_tokens" in diff else ""
-            raise ValueError(f"the state was saved by a loader over {other}{what}; resume with the same data and options, or start afresh without load_state_dict")
+            raise ValueError(
+                f"the state was saved by a loader over {other}{what}; resume with the same data and options, or start afresh without load_state_dict"
+            )
         epoch, done = state.get("epoch"), state.get("batches_done")
         if not isinstance(epoch, int) or epoch < 0 or not isinstance(done, int) or not 0 <= done <= self.plan.batches:
-            raise ValueError(f"the state's position (epoch={epoch!r}, batches_done={done!r}) is not within an epoch of {self.plan.batches} batches")
+            raise ValueError(
+                f"the state's position (epoch={epoch!r}, batches_done={done!r}) is not within an epoch of {self.plan.batches} batches"
+            )
         self._epoch, self._done, self._resume_at = epoch, done, done
         self._iter_id += 1
 
@@ -419,17 +403,27 @@ def create_dataloader(
     """
     # Options first: a bad one is reported before a text is tokenized or shards are opened.
     config = LoaderConfig(
-        batch_size=batch_size, shuffle=bool(shuffle), seed=seed, drop_last=bool(drop_last), num_workers=num_workers,
-        pin_memory=bool(pin_memory), prefetch_factor=prefetch_factor, multiprocessing_context=multiprocessing_context,
+        batch_size=batch_size,
+        shuffle=bool(shuffle),
+        seed=seed,
+        drop_last=bool(drop_last),
+        num_workers=num_workers,
+        pin_memory=bool(pin_memory),
+        prefetch_factor=prefetch_factor,
+        multiprocessing_context=multiprocessing_context,
     )
     resolve_rank(rank, world_size)
     if isinstance(source, SlidingWindowDataset):
         for name, value in (("max_length", max_length), ("stride", stride)):
             if value is not None and value != getattr(source, name):
-                raise ValueError(f"{name}={value} differs from the dataset's {name}={getattr(source, name)}; leave it out or build the dataset with it")
+                raise ValueError(
+                    f"{name}={value} differs from the dataset's {name}={getattr(source, name)}; leave it out or build the dataset with it"
+                )
         dataset = source
     else:
         if max_length is None:
             raise TypeError("create_dataloader() needs max_length (tokens per window), e.g. max_length=256")
-        dataset = SlidingWindowDataset(source, max_length=max_length, stride=stride, within_documents=within_documents, split=split, verify=verify)
+        dataset = SlidingWindowDataset(
+            source, max_length=max_length, stride=stride, within_documents=within_documents, split=split, verify=verify
+        )
     return WindowLoader(dataset, config, rank=rank, world_size=world_size)

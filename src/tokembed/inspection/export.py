@@ -25,38 +25,19 @@ replaced with ``overwrite=True``.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
-from tokembed import _atomic
-from tokembed.inspection import EXPORT_FORMAT, EmbeddingTable
+from tokembed._atomic import atomic_create, check_target
+from tokembed.inspection.table import EXPORT_FORMAT, EmbeddingTable
 
-__all__ = ["EXPORT_FORMATS", "atomic_open", "export_table"]
+__all__ = ["EXPORT_FORMATS", "export_table"]
 
 EXPORT_FORMATS = ("projector", "word2vec", "npy", "safetensors")
 _DIGITS = 9  # %.9g: the fewest significant digits that read back as the same float32 for every value
 _CHUNK_ROWS = 1024
-
-
-def _check_target(path: Path, overwrite: bool) -> None:
-    if path.exists() and not overwrite:
-        raise FileExistsError(f"{path} already exists; choose another name or pass overwrite=True (--force) to replace it")
-    if path.is_dir():
-        raise IsADirectoryError(f"{path} is a directory; give a file name")
-
-
-@contextlib.contextmanager
-def atomic_open(path: str | Path, mode: str = "w", *, overwrite: bool = False):
-    """Open a temporary file beside ``path``; on success fsync it and rename it to ``path``.
-
-    Refuses an existing ``path`` unless ``overwrite``; on any error ``path`` is left as it was.
-    """
-    _check_target(Path(path), overwrite)
-    with _atomic.atomic_open(path, mode) as f:
-        yield f
 
 
 def _rows_and_labels(table: EmbeddingTable, ids: Sequence[int] | None, which: str) -> tuple[np.ndarray, list[str]]:
@@ -81,9 +62,13 @@ def _check_labels(labels: list[str], *, forbidden: str, fmt: str) -> None:
     seen: dict[str, int] = {}
     for i, lab in enumerate(labels):
         if lab == "" or any(c in lab for c in forbidden):
-            raise ValueError(f"label {lab!r} of row {i} cannot be written in {fmt} format (it is empty or holds {forbidden!r}); give labels without whitespace")
+            raise ValueError(
+                f"label {lab!r} of row {i} cannot be written in {fmt} format (it is empty or holds {forbidden!r}); give labels without whitespace"
+            )
         if lab in seen:
-            raise ValueError(f"rows {seen[lab]} and {i} have the same label {lab!r}; {fmt} format needs one label per row")
+            raise ValueError(
+                f"rows {seen[lab]} and {i} have the same label {lab!r}; {fmt} format needs one label per row"
+            )
         seen[lab] = i
 
 
@@ -98,7 +83,14 @@ def _write_matrix(f, rows: np.ndarray, sep: str, labels: list[str] | None = None
             f.write("".join(lab + sep + fmt % tuple(r) for lab, r in zip(labels[start : start + _CHUNK_ROWS], chunk)))
 
 
-def export_projector(table: EmbeddingTable, out_dir: str | Path, *, ids: Sequence[int] | None = None, which: str = "tokens", overwrite: bool = False) -> tuple[Path, Path]:
+def export_projector(
+    table: EmbeddingTable,
+    out_dir: str | Path,
+    *,
+    ids: Sequence[int] | None = None,
+    which: str = "tokens",
+    overwrite: bool = False,
+) -> tuple[Path, Path]:
     """Write ``tensors.tsv`` and ``metadata.tsv`` into ``out_dir`` for the Embedding Projector.
 
     Returns:
@@ -106,43 +98,68 @@ def export_projector(table: EmbeddingTable, out_dir: str | Path, *, ids: Sequenc
     """
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
-        raise NotADirectoryError(f"{out_dir} is a file; the projector export is a folder (it holds tensors.tsv and metadata.tsv)")
+        raise NotADirectoryError(
+            f"{out_dir} is a file; the projector export is a folder (it holds tensors.tsv and metadata.tsv)"
+        )
     tensors, metadata = out_dir / "tensors.tsv", out_dir / "metadata.tsv"
     for p in (tensors, metadata):
-        _check_target(p, overwrite)
+        check_target(p, overwrite)
     rows, labels = _rows_and_labels(table, ids, which)
     _check_labels(labels, forbidden="\t\n\r", fmt="metadata.tsv")
-    with atomic_open(tensors, overwrite=overwrite) as f:
+    with atomic_create(tensors, overwrite=overwrite) as f:
         _write_matrix(f, rows, "\t")
-    with atomic_open(metadata, overwrite=overwrite) as f:
+    with atomic_create(metadata, overwrite=overwrite) as f:
         f.write("".join(lab + "\n" for lab in labels))
     return tensors, metadata
 
 
-def export_word2vec(table: EmbeddingTable, path: str | Path, *, ids: Sequence[int] | None = None, which: str = "tokens", overwrite: bool = False) -> Path:
+def export_word2vec(
+    table: EmbeddingTable,
+    path: str | Path,
+    *,
+    ids: Sequence[int] | None = None,
+    which: str = "tokens",
+    overwrite: bool = False,
+) -> Path:
     """Write the word2vec text format (``gensim.models.KeyedVectors.load_word2vec_format`` reads it)."""
     rows, labels = _rows_and_labels(table, ids, which)
     _check_labels(labels, forbidden=" \t\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029", fmt="word2vec")
-    with atomic_open(path, overwrite=overwrite) as f:
+    with atomic_create(path, overwrite=overwrite) as f:
         f.write(f"{rows.shape[0]} {rows.shape[1]}\n")
         _write_matrix(f, rows, " ", labels)
     return Path(path)
 
 
-def export_npy(table: EmbeddingTable, path: str | Path, *, ids: Sequence[int] | None = None, which: str = "tokens", overwrite: bool = False) -> Path:
+def export_npy(
+    table: EmbeddingTable,
+    path: str | Path,
+    *,
+    ids: Sequence[int] | None = None,
+    which: str = "tokens",
+    overwrite: bool = False,
+) -> Path:
     """Write the (V, D) float32 array with ``numpy.save`` (row i is token id i, or ``ids[i]``)."""
     rows, _ = _rows_and_labels(table, ids, which)
-    with atomic_open(path, "wb", overwrite=overwrite) as f:
+    with atomic_create(path, "wb", overwrite=overwrite) as f:
         np.save(f, np.ascontiguousarray(rows, dtype=np.float32), allow_pickle=False)
     return Path(path)
 
 
-def export_safetensors(table: EmbeddingTable, path: str | Path, *, ids: Sequence[int] | None = None, which: str = "tokens", overwrite: bool = False) -> Path:
+def export_safetensors(
+    table: EmbeddingTable,
+    path: str | Path,
+    *,
+    ids: Sequence[int] | None = None,
+    which: str = "tokens",
+    overwrite: bool = False,
+) -> Path:
     """Write ``token_embeddings`` (and ``position_embeddings`` if any) with metadata, readable by ``load_table``."""
     from safetensors.torch import save
 
     if ids is not None or which != "tokens":
-        raise ValueError("the safetensors export keeps the whole table (row i = token id i) so that it can be inspected again; export a subset as npy, word2vec or projector")
+        raise ValueError(
+            "the safetensors export keeps the whole table (row i = token id i) so that it can be inspected again; export a subset as npy, word2vec or projector"
+        )
     tensors = {"token_embeddings": table.tokens.contiguous()}
     if table.positions is not None:
         tensors["position_embeddings"] = table.positions.contiguous()
@@ -153,15 +170,28 @@ def export_safetensors(table: EmbeddingTable, path: str | Path, *, ids: Sequence
         "source": table.source,
     }
     data = save(tensors, metadata=meta)
-    with atomic_open(path, "wb", overwrite=overwrite) as f:
+    with atomic_create(path, "wb", overwrite=overwrite) as f:
         f.write(data)
     return Path(path)
 
 
-_WRITERS = {"projector": export_projector, "word2vec": export_word2vec, "npy": export_npy, "safetensors": export_safetensors}
+_WRITERS = {
+    "projector": export_projector,
+    "word2vec": export_word2vec,
+    "npy": export_npy,
+    "safetensors": export_safetensors,
+}
 
 
-def export_table(table: EmbeddingTable, out: str | Path, *, format: str, ids: Sequence[int] | None = None, which: str = "tokens", overwrite: bool = False):
+def export_table(
+    table: EmbeddingTable,
+    out: str | Path,
+    *,
+    format: str,
+    ids: Sequence[int] | None = None,
+    which: str = "tokens",
+    overwrite: bool = False,
+):
     """Export a table in one of ``EXPORT_FORMATS`` (see the module docstring).
 
     Args:

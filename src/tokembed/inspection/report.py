@@ -16,7 +16,9 @@ from pathlib import Path
 
 import torch
 
-from tokembed.inspection import EmbeddingTable, _is_tokembed_checkpoint, load_table, token_counts
+from tokembed.inspection.counts import token_counts
+from tokembed.inspection.load import is_tokembed_checkpoint, load_table
+from tokembed.inspection.table import EmbeddingTable
 
 __all__ = ["ReportConfig", "write_report"]
 
@@ -64,7 +66,7 @@ class ReportConfig:
 
 
 def _img(fig, alt: str) -> str:
-    from tokembed.plot import figure_png
+    from tokembed._plot import figure_png
 
     data = base64.b64encode(figure_png(fig)).decode("ascii")
     return f'<figure><img alt="{html.escape(alt)}" src="data:image/png;base64,{data}"><figcaption>{html.escape(alt)}</figcaption></figure>'
@@ -117,16 +119,26 @@ def write_report(source, out: str | Path, *, config: ReportConfig = ReportConfig
     Raises:
         ModuleNotFoundError: matplotlib (extra ``plot``) is not installed.
     """
-    from tokembed.export import _check_target, atomic_open
-    from tokembed.plot import plot_loss, plot_norm_vs_frequency, plot_position_distance, plot_position_similarity, plot_projection
+    from tokembed._atomic import atomic_create, check_target
+    from tokembed.inspection.plot import (
+        plot_norm_vs_frequency,
+        plot_position_distance,
+        plot_position_similarity,
+        plot_projection,
+    )
+    from tokembed.training.plots import plot_loss
 
     out = Path(out)
-    _check_target(out, overwrite)  # fail before the slow part
+    check_target(out, overwrite)  # fail before the slow part
     table = source if isinstance(source, EmbeddingTable) else load_table(source)
-    ckpt = Path(source) if not isinstance(source, EmbeddingTable) and Path(source).is_dir() and _is_tokembed_checkpoint(Path(source)) else None
+    ckpt = (
+        Path(source)
+        if not isinstance(source, EmbeddingTable) and Path(source).is_dir() and is_tokembed_checkpoint(Path(source))
+        else None
+    )
     ckpt_config = None
     if ckpt is not None:
-        from tokembed.checkpoint import read_checkpoint_config
+        from tokembed.model.checkpoint import read_checkpoint_config
 
         ckpt_config = read_checkpoint_config(ckpt)
     notes: list[str] = []
@@ -145,7 +157,9 @@ def write_report(source, out: str | Path, *, config: ReportConfig = ReportConfig
         except (ValueError, FileNotFoundError) as e:
             if config.corpus is not None:
                 raise
-            notes.append(f"Token frequencies are not shown: the training data could not be read as text ({e}). Pass --corpus.")
+            notes.append(
+                f"Token frequencies are not shown: the training data could not be read as text ({e}). Pass --corpus."
+            )
     elif table.tokenizer is not None:
         notes.append("No corpus was given, so token frequencies are not shown (pass --corpus FILE).")
 
@@ -159,13 +173,30 @@ def write_report(source, out: str | Path, *, config: ReportConfig = ReportConfig
     if table.positions is not None:
         summary.append(("position table", f"{table.positions.shape[0]:,} positions &times; {table.dim}"))
     norms = table.norms
-    summary.append(("token vector norms", f"mean {float(norms.mean()):.4g}, min {float(norms.min()):.4g}, max {float(norms.max()):.4g}"))
+    summary.append(
+        (
+            "token vector norms",
+            f"mean {float(norms.mean()):.4g}, min {float(norms.min()):.4g}, max {float(norms.max()):.4g}",
+        )
+    )
     if ckpt_config is not None:
         for key in ("step", "tokens_seen"):
             if key in ckpt_config:
-                summary.append((key.replace("_", " "), f"{ckpt_config[key]:,}" if isinstance(ckpt_config[key], int) else html.escape(str(ckpt_config[key]))))
+                summary.append(
+                    (
+                        key.replace("_", " "),
+                        f"{ckpt_config[key]:,}"
+                        if isinstance(ckpt_config[key], int)
+                        else html.escape(str(ckpt_config[key])),
+                    )
+                )
     if counts is not None:
-        summary.append(("corpus", f"{html.escape(str(corpus))}: {int(counts.sum()):,} tokens, {int((counts > 0).sum()):,} distinct"))
+        summary.append(
+            (
+                "corpus",
+                f"{html.escape(str(corpus))}: {int(counts.sum()):,} tokens, {int((counts > 0).sum()):,} distinct",
+            )
+        )
     sections.append("<h2>Summary</h2>" + _table(None, [(html.escape(k), v) for k, v in summary]))
     if notes:
         sections.append("".join(f'<p class="note">{html.escape(n)}</p>' for n in notes))
@@ -179,7 +210,12 @@ def write_report(source, out: str | Path, *, config: ReportConfig = ReportConfig
             sections.append(f'<h2>Training</h2><p class="note">log.json could not be drawn: {html.escape(str(e))}</p>')
 
     # ---- pictures of the token table
-    pics = [_img(plot_projection(table, counts=counts, method="pca", n_points=config.n_points, label_top=config.label_top), "PCA projection of the token embeddings")]
+    pics = [
+        _img(
+            plot_projection(table, counts=counts, method="pca", n_points=config.n_points, label_top=config.label_top),
+            "PCA projection of the token embeddings",
+        )
+    ]
     want_tsne = config.tsne
     if want_tsne is None:
         try:
@@ -188,9 +224,18 @@ def write_report(source, out: str | Path, *, config: ReportConfig = ReportConfig
             want_tsne = True
         except ImportError:
             want_tsne = False
-            pics.append("<p class=\"note\">t-SNE is not drawn: install scikit-learn (pip install 'tokembed[tsne]').</p>")
+            pics.append(
+                "<p class=\"note\">t-SNE is not drawn: install scikit-learn (pip install 'tokembed[tsne]').</p>"
+            )
     if want_tsne:
-        pics.append(_img(plot_projection(table, counts=counts, method="tsne", n_points=config.n_points, label_top=config.label_top), "t-SNE map of the token embeddings"))
+        pics.append(
+            _img(
+                plot_projection(
+                    table, counts=counts, method="tsne", n_points=config.n_points, label_top=config.label_top
+                ),
+                "t-SNE map of the token embeddings",
+            )
+        )
     if counts is not None:
         pics.append(_img(plot_norm_vs_frequency(table, counts), "Embedding norm against token frequency"))
     sections.append("<h2>Token embeddings</h2>" + "".join(pics))
@@ -221,7 +266,11 @@ def write_report(source, out: str | Path, *, config: ReportConfig = ReportConfig
         (pos, neg) = ANALOGY
         try:
             ans = table.most_similar(positive=list(pos), negative=list(neg), topn=config.topn)
-            neighbour_html += f"<p>Analogy {_tok(neg[0])} is to {_tok(pos[0])} as {_tok(pos[1])} is to: " + ", ".join(f"{_tok(n.token)} {n.score:.3f}" for n in ans) + "</p>"
+            neighbour_html += (
+                f"<p>Analogy {_tok(neg[0])} is to {_tok(pos[0])} as {_tok(pos[1])} is to: "
+                + ", ".join(f"{_tok(n.token)} {n.score:.3f}" for n in ans)
+                + "</p>"
+            )
         except ValueError as e:
             neighbour_html += f'<p class="note">Analogy not computed: {html.escape(str(e))}</p>'
     sections.append(neighbour_html)
@@ -237,7 +286,10 @@ def write_report(source, out: str | Path, *, config: ReportConfig = ReportConfig
             sections.append(
                 "<h2>Tokens of a text</h2>"
                 + f"<p>{_tok(text[:200])}</p>"
-                + _table(["position", "id", "token", "norm"], [(str(r.position), str(r.id), _tok(r.token), f"{r.norm:.4g}") for r in trows])
+                + _table(
+                    ["position", "id", "token", "norm"],
+                    [(str(r.position), str(r.id), _tok(r.token), f"{r.norm:.4g}") for r in trows],
+                )
             )
         except ValueError as e:
             sections.append(f'<h2>Tokens of a text</h2><p class="note">{html.escape(str(e))}</p>')
@@ -251,25 +303,36 @@ def write_report(source, out: str | Path, *, config: ReportConfig = ReportConfig
         offs = [k for k in (1, 2, 4, 8, 16, 64) if k < P]
         sections.append(
             "<h2>Position embeddings</h2>"
-            + _img(plot_position_similarity(table, max_positions=shown), f"Cosine similarity between the first {shown} of {P} positions")
+            + _img(
+                plot_position_similarity(table, max_positions=shown),
+                f"Cosine similarity between the first {shown} of {P} positions",
+            )
             + _img(plot_position_distance(table), "Distance of each position's vector to its neighbours")
             + _table(["positions apart", "mean cosine similarity"], [(str(k), f"{v:.4f}") for k, v in zip(offs, off)])
         )
     elif table.positional not in ("none", ""):
-        sections.append(f'<h2>Position embeddings</h2><p class="note">{html.escape(table.positional)} positions act inside attention: there is no per-position vector to show.</p>')
+        sections.append(
+            f'<h2>Position embeddings</h2><p class="note">{html.escape(table.positional)} positions act inside attention: there is no per-position vector to show.</p>'
+        )
 
     # ---- settings
     if ckpt_config is not None:
-        settings = {**{f"model.{k}": v for k, v in (ckpt_config.get("model") or {}).items()}, **{f"train.{k}": v for k, v in (ckpt_config.get("train") or {}).items()}}
-        sections.append("<h2>Settings</h2>" + _table(["setting", "value"], [(html.escape(k), html.escape(json.dumps(v))) for k, v in settings.items()]))
+        settings = {
+            **{f"model.{k}": v for k, v in (ckpt_config.get("model") or {}).items()},
+            **{f"train.{k}": v for k, v in (ckpt_config.get("train") or {}).items()},
+        }
+        sections.append(
+            "<h2>Settings</h2>"
+            + _table(["setting", "value"], [(html.escape(k), html.escape(json.dumps(v))) for k, v in settings.items()])
+        )
 
     title = f"tokembed report: {table.source or 'embedding table'}"
     page = (
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>"
         f"<h1>{html.escape(title)}</h1>" + "".join(sections) + "</body></html>\n"
     )
-    with atomic_open(out, overwrite=overwrite) as f:
+    with atomic_create(out, overwrite=overwrite) as f:
         f.write(page)
     return out

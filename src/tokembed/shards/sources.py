@@ -31,7 +31,19 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import BinaryIO
 
-__all__ = ["CONT", "FORMATS", "MORE", "LINES", "InputFile", "Span", "line_number", "plan_units", "read_span", "resolve_inputs", "safe_cut"]
+__all__ = [
+    "CONT",
+    "FORMATS",
+    "MORE",
+    "LINES",
+    "InputFile",
+    "Span",
+    "line_number",
+    "plan_units",
+    "read_span",
+    "resolve_inputs",
+    "safe_cut",
+]
 
 FORMATS = ("auto", "text", "jsonl")
 TEXT_SUFFIXES = (".txt", ".text", ".md", ".markdown", ".rst")
@@ -125,7 +137,9 @@ def resolve_inputs(inputs: Sequence[str | os.PathLike], *, format: str = "auto")
         raise ValueError("no inputs: give files, folders, glob patterns, or - for standard input")
     if STDIN in inputs:
         if len(inputs) > 1:
-            raise ValueError("- (standard input) must be the only input; got also " + ", ".join(p for p in inputs if p != STDIN))
+            raise ValueError(
+                "- (standard input) must be the only input; got also " + ", ".join(p for p in inputs if p != STDIN)
+            )
         return [InputFile(STDIN, "jsonl" if format == "jsonl" else "text", False, None)]
     found: dict[str, InputFile] = {}
 
@@ -133,11 +147,15 @@ def resolve_inputs(inputs: Sequence[str | os.PathLike], *, format: str = "auto")
         fmt = _format_of(path, format if explicit else "auto")
         if fmt is None:
             if explicit:
-                raise ValueError(f"{path}: unknown file type; name it .txt/.md/.jsonl (optionally .gz) or pass --format text|jsonl")
+                raise ValueError(
+                    f"{path}: unknown file type; name it .txt/.md/.jsonl (optionally .gz) or pass --format text|jsonl"
+                )
             return False
         if not os.access(path, os.R_OK):
             raise PermissionError(f"{path} cannot be read (permission denied); fix its permissions or leave it out")
-        found.setdefault(os.path.normpath(path), InputFile(os.path.normpath(path), fmt[0], fmt[1], os.path.getsize(path)))
+        found.setdefault(
+            os.path.normpath(path), InputFile(os.path.normpath(path), fmt[0], fmt[1], os.path.getsize(path))
+        )
         return True
 
     for item in inputs:
@@ -322,7 +340,9 @@ def _file_spans(cur: _Cursor, fi: int, f: InputFile, unit_bytes: int, filled, he
         pos = cut
 
 
-def plan_units(files: Sequence[InputFile], unit_bytes: int, *, carry: bool = False, head_bytes: int = 0) -> Iterator[tuple[list[Span], int]]:
+def plan_units(
+    files: Sequence[InputFile], unit_bytes: int, *, carry: bool = False, head_bytes: int = 0
+) -> Iterator[tuple[list[Span], int]]:
     """Cut the inputs, in order, into work units of at least ``unit_bytes`` bytes (the last may be smaller).
 
     A unit ends at the end of the JSON line, text document or document piece that fills it. The cuts
@@ -343,7 +363,7 @@ def plan_units(files: Sequence[InputFile], unit_bytes: int, *, carry: bool = Fal
     for fi, f in enumerate(files):
         cur = _Cursor(f, carry)
         try:
-            for span in _file_spans(cur, fi, f, unit_bytes, lambda: size, head_bytes):
+            for span in _file_spans(cur, fi, f, unit_bytes, lambda: size, head_bytes):  # noqa: B023 (reads the live size)
                 unit.append(span)
                 size += len(span)
                 if size >= unit_bytes:
@@ -352,7 +372,9 @@ def plan_units(files: Sequence[InputFile], unit_bytes: int, *, carry: bool = Fal
                     unit, size, marked = [], 0, disk
             done_files += f.size if f.size is not None else cur.disk_position(cur.end() or 0)
         except (OSError, EOFError) as e:
-            raise ValueError(f"{f.path}: cannot be read ({e}); the file may be truncated or not {'gzip' if f.compressed else 'text'}") from None
+            raise ValueError(
+                f"{f.path}: cannot be read ({e}); the file may be truncated or not {'gzip' if f.compressed else 'text'}"
+            ) from None
         finally:
             cur.close()
     if unit:
@@ -403,7 +425,9 @@ def split_span(span: Span, part_bytes: int, path: str) -> list[Span]:
             data = None if span.data is None else span.data[pos - span.start : cut - span.start]
             flags = keep
             if not lines:
-                flags |= (span.flags & CONT if pos == span.start else CONT) | (span.flags & MORE if cut == span.end else MORE)
+                flags |= (span.flags & CONT if pos == span.start else CONT) | (
+                    span.flags & MORE if cut == span.end else MORE
+                )
             out.append(Span(span.file, pos, cut, flags=flags, data=data, line=line))
             if lines and line and data is not None:
                 line += data.count(b"\n")
@@ -424,7 +448,9 @@ def read_span(span: Span, path: str) -> bytes:
     with open(path, "rb") as f:
         data = os.pread(f.fileno(), len(span), span.start)
     if len(data) != len(span):
-        raise ValueError(f"{path} changed while it was being prepared (read {len(data)} of {len(span)} bytes at offset {span.start}); rerun the same command")
+        raise ValueError(
+            f"{path} changed while it was being prepared (read {len(data)} of {len(span)} bytes at offset {span.start}); rerun the same command"
+        )
     return data
 
 

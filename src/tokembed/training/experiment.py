@@ -13,13 +13,13 @@ and one checkpoint per scheme (``out/<scheme>/``); schemes already trained there
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from tokembed._atomic import atomic_write
 from tokembed._checks import check_positive_int
 from tokembed.embeddings.registry import POSITIONAL_NAMES, positional_scheme
+from tokembed.training.plots import plot_positions
 
 __all__ = ["PositionsExperiment", "QUICK", "format_table", "run_positions_experiment"]
 
@@ -84,7 +84,17 @@ class PositionsExperiment:
 
 
 # Small enough for tests: one layer, a few steps, lengths 1x and 2x.
-QUICK = dict(train_length=16, multiples=(1, 2), steps=6, batch_size=4, dim=32, n_layers=1, n_heads=2, warmup_steps=2, eval_tokens=64)
+QUICK = dict(
+    train_length=16,
+    multiples=(1, 2),
+    steps=6,
+    batch_size=4,
+    dim=32,
+    n_layers=1,
+    n_heads=2,
+    warmup_steps=2,
+    eval_tokens=64,
+)
 
 ROPE_LABELS = {"linear": "rope+pi", "ntk": "rope+ntk"}
 
@@ -99,37 +109,65 @@ def run_positions_experiment(config: PositionsExperiment, *, progress: bool = Tr
     Returns:
         The JSON document written to ``out/positions.json``.
     """
-    from tokembed.checkpoint import load_checkpoint
-    from tokembed.evaluation import evaluate
-    from tokembed.model import GPTConfig
-    from tokembed.training import TrainConfig, train
+    from tokembed.model.checkpoint import load_checkpoint
+    from tokembed.model.config import GPTConfig
+    from tokembed.training.config import TrainConfig
+    from tokembed.training.evaluation import evaluate
+    from tokembed.training.loop import train
 
     out = Path(config.out)
     out.mkdir(parents=True, exist_ok=True)
     results: dict[str, list[dict]] = {}
     runs: dict[str, dict] = {}
     for scheme in config.schemes:
-        model_config = GPTConfig(context_length=config.train_length, dim=config.dim, n_layers=config.n_layers, n_heads=config.n_heads, positional=scheme)
+        model_config = GPTConfig(
+            context_length=config.train_length,
+            dim=config.dim,
+            n_layers=config.n_layers,
+            n_heads=config.n_heads,
+            positional=scheme,
+        )
         train_config = TrainConfig(
-            data=config.data, out=str(out / scheme), max_length=config.train_length, batch_size=config.batch_size, max_steps=config.steps,
-            lr=config.lr, warmup_steps=min(config.warmup_steps, config.steps), eval_interval=config.steps, checkpoint_interval=config.steps, seed=config.seed,
+            data=config.data,
+            out=str(out / scheme),
+            max_length=config.train_length,
+            batch_size=config.batch_size,
+            max_steps=config.steps,
+            lr=config.lr,
+            warmup_steps=min(config.warmup_steps, config.steps),
+            eval_interval=config.steps,
+            checkpoint_interval=config.steps,
+            seed=config.seed,
         )
         result = train(train_config, model_config, resume=(out / scheme).exists(), progress=progress)
         tokens_per_step = config.batch_size * config.train_length
-        seconds = sum(tokens_per_step / r["tokens_per_s"] for r in result.log["train"])  # training time, also for a reused checkpoint
+        seconds = sum(
+            tokens_per_step / r["tokens_per_s"] for r in result.log["train"]
+        )  # training time, also for a reused checkpoint
         model, ckpt = load_checkpoint(out / scheme)
-        runs[scheme] = {"train_loss": result.train_loss, "val_loss": result.val_loss, "steps": result.step, "tokens_seen": result.tokens_seen, "seconds": seconds,
-                        "parameters": model.num_parameters()}
+        runs[scheme] = {
+            "train_loss": result.train_loss,
+            "val_loss": result.val_loss,
+            "steps": result.step,
+            "tokens_seen": result.tokens_seen,
+            "seconds": seconds,
+            "parameters": model.num_parameters(),
+        }
         results[scheme] = evaluate((model, ckpt), lengths=config.lengths, max_tokens=config.eval_tokens)
         if scheme == "rope":
             for kind in config.rope_scaling:
-                results[ROPE_LABELS[kind]] = evaluate((model, ckpt), lengths=config.lengths, max_tokens=config.eval_tokens, rope_scaling=kind)
-        row = ", ".join(f"{r['length']}: {r['loss']:.3f}" if r["loss"] is not None else f"{r['length']}: n/a" for r in results[scheme])
+                results[ROPE_LABELS[kind]] = evaluate(
+                    (model, ckpt), lengths=config.lengths, max_tokens=config.eval_tokens, rope_scaling=kind
+                )
+        row = ", ".join(
+            f"{r['length']}: {r['loss']:.3f}" if r["loss"] is not None else f"{r['length']}: n/a"
+            for r in results[scheme]
+        )
         echo(f"{scheme:<10} trained {result.step} steps in {seconds:.0f}s; validation loss by length {row}")
     doc = {"config": asdict(config), "lengths": config.lengths, "runs": runs, "results": results}
     _atomic_write(out / "positions.json", json.dumps(doc, indent=1) + "\n")
     _atomic_write(out / "positions.md", format_table(doc) + "\n")
-    plot_positions(doc, out / "positions.png")
+    plot_positions(doc, out / "positions.png", dashed=ROPE_LABELS.values())
     return doc
 
 
@@ -147,41 +185,17 @@ def format_table(doc: dict) -> str:
     for name, rows in doc["results"].items():
         cells = [f"{r['perplexity']:.1f} ({r['loss']:.3f})" if r["loss"] is not None else "n/a" for r in rows]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    notes = sorted({r["note"] for rows in doc["results"].values() for r in rows if r.get("loss") is None and r.get("note")})
+    notes = sorted(
+        {r["note"] for rows in doc["results"].values() for r in rows if r.get("loss") is None and r.get("note")}
+    )
     if notes:
         lines += [""] + [f"n/a: {n}." for n in notes]
     if any(k in doc["results"] for k in ROPE_LABELS.values()):
-        lines += ["", "rope+pi / rope+ntk: the rope model evaluated with position interpolation / NTK-aware scaling by factor length / train length (no retraining)."]
+        lines += [
+            "",
+            "rope+pi / rope+ntk: the rope model evaluated with position interpolation / NTK-aware scaling by factor length / train length (no retraining).",
+        ]
     return "\n".join(lines)
-
-
-def plot_positions(doc: dict, path: Path) -> bool:
-    """Perplexity against evaluation length, one line per scheme (log-log), like Press et al.'s figure 1."""
-    from tokembed.plot import new_figure, save_figure  # matplotlib only when drawing
-
-    try:
-        fig = new_figure(7, 4.5)
-    except ModuleNotFoundError:
-        import warnings
-
-        warnings.warn("matplotlib is not installed: no positions.png (pip install 'tokembed[plot]')", stacklevel=2)
-        return False
-    ax = fig.add_subplot()
-    for name, rows in doc["results"].items():
-        pts = [(r["length"], r["perplexity"]) for r in rows if r["loss"] is not None and math.isfinite(r["perplexity"])]
-        if pts:
-            style = "--" if name in ROPE_LABELS.values() else "-"
-            ax.plot(*zip(*pts), style, marker="o", ms=4, label=name)
-    ax.axvline(doc["config"]["train_length"], color="grey", lw=0.8, ls=":")
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("evaluation length (tokens)")
-    ax.set_ylabel("validation perplexity")
-    ax.set_title(f"Train short ({doc['config']['train_length']} tokens), test long")
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8)
-    save_figure(fig, path, overwrite=True)
-    return True
 
 
 def quick(config: PositionsExperiment) -> PositionsExperiment:

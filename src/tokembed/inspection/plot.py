@@ -2,40 +2,27 @@
 
 matplotlib is imported inside each function, never by ``import tokembed``. Figures are built
 with ``matplotlib.figure.Figure`` directly (no pyplot): no GUI backend, no global state, safe to
-call from any thread. Each function returns the figure; ``save_figure`` writes it, ``figure_png``
-gives the PNG bytes (the HTML report embeds them).
+call from any thread. Each function returns the figure; ``tokembed._plot.save_figure`` writes it,
+``figure_png`` gives the PNG bytes (the HTML report embeds them).
 """
 
 from __future__ import annotations
 
-import io
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 import torch
 
-from tokembed.inspection import EmbeddingTable, project_2d
+from tokembed._plot import new_figure
+from tokembed.inspection.project import project_2d
+from tokembed.inspection.table import EmbeddingTable
 
 __all__ = [
-    "figure_png",
-    "new_figure",
-    "plot_loss",
     "plot_norm_vs_frequency",
     "plot_position_distance",
     "plot_position_similarity",
     "plot_projection",
-    "save_figure",
 ]
-
-
-def new_figure(width: float = 7.0, height: float = 5.0):
-    """An empty figure (no pyplot, no GUI backend); raises naming the extra to install without matplotlib."""
-    try:
-        from matplotlib.figure import Figure
-    except ImportError as e:
-        raise ModuleNotFoundError("drawing needs matplotlib, which is not installed; install the extra with `pip install 'tokembed[plot]'`", name="matplotlib") from e
-    return Figure(figsize=(width, height), dpi=100, layout="constrained")
 
 
 def _display(label: str) -> str:
@@ -92,7 +79,14 @@ def plot_projection(
         order = np.arange(len(ids))
     labelled = _spread_labels(xy, order, label_top)
     for k in labelled:
-        ax.annotate(_display(table.label(ids[k])), (xy[k, 0], xy[k, 1]), fontsize=8, alpha=0.9, xytext=(2, 2), textcoords="offset points")
+        ax.annotate(
+            _display(table.label(ids[k])),
+            (xy[k, 0], xy[k, 1]),
+            fontsize=8,
+            alpha=0.9,
+            xytext=(2, 2),
+            textcoords="offset points",
+        )
     name = "PCA" if method == "pca" else "t-SNE"
     what = "most frequent" if counts is not None else "first"
     ax.set_title(f"{name} of {len(ids)} token embeddings ({what} tokens; {len(labelled)} labelled)")
@@ -153,52 +147,26 @@ def plot_norm_vs_frequency(table: EmbeddingTable, counts: torch.Tensor):
         raise ValueError("no token of the table occurs in the corpus; was it tokenized with another tokenizer?")
     fig = new_figure(7, 4.5)
     ax = fig.add_subplot()
-    ax.scatter(counts[seen].double().numpy(), table.norms[: counts.shape[0]][seen].numpy(), s=6, alpha=0.5, linewidths=0, label="tokens in the corpus")
+    ax.scatter(
+        counts[seen].double().numpy(),
+        table.norms[: counts.shape[0]][seen].numpy(),
+        s=6,
+        alpha=0.5,
+        linewidths=0,
+        label="tokens in the corpus",
+    )
     unseen_norms = table.norms[: counts.shape[0]][~seen]
     if unseen_norms.numel():
-        ax.axhline(float(unseen_norms.mean()), color="grey", ls="--", lw=1, label=f"mean norm of the {unseen_norms.numel()} unseen tokens")
+        ax.axhline(
+            float(unseen_norms.mean()),
+            color="grey",
+            ls="--",
+            lw=1,
+            label=f"mean norm of the {unseen_norms.numel()} unseen tokens",
+        )
     ax.set_xscale("log")
     ax.set_xlabel("occurrences in the corpus")
     ax.set_ylabel("embedding norm")
     ax.set_title("Embedding norm against token frequency")
     ax.legend(loc="best", fontsize=8)
     return fig
-
-
-def plot_loss(log: dict):
-    """The training (and validation) loss against the step, from a checkpoint's ``log.json``."""
-    train = log.get("train") or []
-    val = log.get("val") or []
-    if not train and not val:
-        raise ValueError("the training log holds no loss values; train for at least one logged step")
-    fig = new_figure(7, 4)
-    ax = fig.add_subplot()
-    if train:
-        ax.plot([r["step"] for r in train], [r["loss"] for r in train], label="train", lw=1)
-    if val:
-        ax.plot([r["step"] for r in val], [r["loss"] for r in val], "o-", label="validation", ms=3)
-    ax.set_xlabel("step")
-    ax.set_ylabel("cross-entropy loss")
-    ax.set_title("Training loss")
-    ax.legend(loc="best")
-    return fig
-
-
-def figure_png(fig) -> bytes:
-    """The figure as PNG bytes."""
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    return buf.getvalue()
-
-
-def save_figure(fig, path: str | Path, *, overwrite: bool = False) -> Path:
-    """Write a figure (format from the suffix: .png, .svg, .pdf), atomically."""
-    from tokembed.export import atomic_open
-
-    path = Path(path)
-    fmt = path.suffix.lstrip(".").lower() or "png"
-    buf = io.BytesIO()
-    fig.savefig(buf, format=fmt)
-    with atomic_open(path, "wb", overwrite=overwrite) as f:
-        f.write(buf.getvalue())
-    return path

@@ -16,14 +16,15 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, RandomSampler, SequentialSampler
+from torch.utils.data import Dataset
 
-from tokembed import shards as shards_mod
 from tokembed._checks import check_positive_int
-from tokembed.shards import window_count
+from tokembed.data.plan import window_count
+from tokembed.shards import format as shard_format
+from tokembed.shards import reader as shard_reader
 from tokembed.tokenizer import ENDOFTEXT, get_tokenizer
 
-__all__ = ["GPTDatasetV1", "SlidingWindowDataset", "create_dataloader_v1", "encode_text", "window_count"]
+__all__ = ["SlidingWindowDataset", "check_window_args", "encode_text"]
 
 
 def encode_text(txt: str, tokenizer=None) -> np.ndarray:
@@ -45,11 +46,11 @@ def encode_text(txt: str, tokenizer=None) -> np.ndarray:
     if hasattr(enc, "encode_to_numpy") and getattr(enc, "n_vocab", None):
         # tiktoken >= 0.8 writes the ids straight into a buffer: no list of Python ints (28 bytes each).
         ids = enc.encode_to_numpy(txt, allowed_special={ENDOFTEXT})  # (N,) uint32
-        dtype = shards_mod.dtype_for_vocab(enc.n_vocab)
+        dtype = shard_format.dtype_for_vocab(enc.n_vocab)
         return ids if ids.dtype == dtype else ids.astype(dtype)
     ids = enc.encode(txt, allowed_special={ENDOFTEXT})
     n_vocab = getattr(enc, "n_vocab", None) or (max(ids) + 1 if ids else 1)
-    return np.asarray(ids, dtype=shards_mod.dtype_for_vocab(n_vocab))
+    return np.asarray(ids, dtype=shard_format.dtype_for_vocab(n_vocab))
 
 
 def check_window_args(n_tokens: int, max_length: int, stride: int) -> None:
@@ -91,134 +92,6 @@ def _collate_windows(batch):
     return torch.utils.data.default_collate(batch)
 
 
-class GPTDatasetV1(Dataset):
-    """The book's ``GPTDatasetV1``: same signature, same windows, no tensor per window.
-
-    Args:
-        txt: the text; encoded with ``allowed_special={"<|endoftext|>"}``.
-        tokenizer: e.g. ``tokembed.get_tokenizer("gpt2")`` or ``tiktoken.get_encoding("gpt2")``.
-        max_length: tokens per window.
-        stride: tokens between the starts of consecutive windows.
-
-    ``dataset[k]`` is ``(inputs, targets)``, two int64 tensors of shape (max_length,).
-    """
-
-    def __init__(self, txt: str, tokenizer, max_length: int, stride: int) -> None:
-        check_positive_int("max_length", max_length)
-        check_positive_int("stride", stride)
-        self.token_ids = encode_text(txt, tokenizer)  # (N,)
-        check_window_args(len(self.token_ids), max_length, stride)
-        self.max_length, self.stride = max_length, stride
-        self._offsets = np.arange(max_length + 1)  # one window plus its shifted target
-
-    def __len__(self) -> int:
-        return window_count(len(self.token_ids), self.max_length, self.stride)
-
-    def _rows(self, starts: np.ndarray) -> torch.Tensor:
-        rows = self.token_ids[starts[:, None] + self._offsets]  # (B, T+1)
-        return torch.from_numpy(rows.astype(np.int64))
-
-    def __getitem__(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        n = len(self)
-        if not -n <= k < n:
-            raise IndexError(f"window {k} is out of range: this dataset has {n} windows")
-        start = (k % n) * self.stride
-        w = torch.from_numpy(self.token_ids[start : start + self.max_length + 1].astype(np.int64))
-        return w[:-1], w[1:]
-
-    def __getitems__(self, ks: Sequence[int]) -> _WindowBatch:
-        # The DataLoader hands a whole batch of indices at once: gather it with one fancy index.
-        idx = np.asarray(ks, dtype=np.int64)
-        n = len(self)
-        if idx.size and (idx.min() < -n or idx.max() >= n):
-            bad = idx[(idx < -n) | (idx >= n)][0]
-            raise IndexError(f"window {bad} is out of range: this dataset has {n} windows")
-        rows = self._rows((idx % n) * self.stride)  # (B, T+1)
-        return _WindowBatch(rows[:, :-1].contiguous(), rows[:, 1:].contiguous())  # contiguous, as the book's stacks
-
-
-def create_dataloader_v1(
-    txt: str,
-    batch_size: int = 4,
-    max_length: int = 256,
-    stride: int = 128,
-    shuffle: bool = True,
-    drop_last: bool = True,
-    num_workers: int = 0,
-) -> DataLoader:
-    """The book's ``create_dataloader_v1``: the same batches in the same order under the same seed.
-
-    Returns a ``torch.utils.data.DataLoader`` over :class:`GPTDatasetV1` with GPT-2's tokenizer
-    (offline); it yields ``[inputs, targets]``, two int64 tensors of shape (batch_size, max_length).
-    """
-    check_positive_int("batch_size", batch_size)
-    tokenizer = get_tokenizer("gpt2")
-    dataset = GPTDatasetV1(txt, tokenizer, max_length, stride)
-    if drop_last and len(dataset) < batch_size:
-        raise ValueError(
-            f"the text gives {len(dataset)} windows, fewer than batch_size={batch_size}, and drop_last=True "
-            "drops that one incomplete batch, leaving nothing; use a smaller batch_size or drop_last=False"
-        )
-    return _BookOrderDataLoader(
-        dataset,
-        batch_size=batch_size,
-        shuffle=shuffle,
-        drop_last=drop_last,
-        num_workers=num_workers,
-        collate_fn=_collate_windows,
-    )
-
-
-_CHUNK_BYTES = 1 << 18  # tokens gathered per step in the drop-in's fast path: 256 KiB of int64
-
-
-class _BookOrderDataLoader(DataLoader):
-    """A ``torch.utils.data.DataLoader`` whose single-process iteration gathers many batches per step.
-
-    The book's loader makes 2 x batch_size tensors, then stacks them, for every batch. Here, with
-    ``num_workers=0``, the epoch's order is drawn exactly as torch draws it and whole chunks of
-    batches are gathered with one fancy index; each batch is a contiguous slice of a chunk. The
-    global RNG is consumed as torch's iterator consumes it: one int64 when the iterator is created
-    (``_base_seed``), and, when shuffling, one more on the first batch (``RandomSampler``'s seed for
-    its ``randperm``). With workers, or a sampler this does not know, torch's own iterator runs.
-    """
-
-    def _fast_path(self) -> bool:
-        s = self.sampler
-        if self.num_workers != 0 or not isinstance(self.dataset, GPTDatasetV1) or self.batch_size is None:
-            return False
-        if type(s) is SequentialSampler:
-            return True
-        return type(s) is RandomSampler and s.generator is None and not s.replacement and s.num_samples == len(self.dataset)
-
-    def __iter__(self):
-        if not self._fast_path():
-            return super().__iter__()
-        # torch's _BaseDataLoaderIter.__init__ draws its _base_seed here, even without workers.
-        torch.empty((), dtype=torch.int64).random_(generator=self.generator).item()
-        return self._chunks()
-
-    def _chunks(self):
-        ds, b = self.dataset, self.batch_size
-        n = len(ds)
-        if isinstance(self.sampler, RandomSampler):
-            # RandomSampler.__iter__, run on the first batch: a seed from the global RNG, then randperm.
-            seed = int(torch.empty((), dtype=torch.int64).random_().item())
-            g = torch.Generator()
-            g.manual_seed(seed)
-            order = torch.randperm(n, generator=g).numpy()  # (n,)
-        else:
-            order = np.arange(n)
-        n_batches = n // b if self.drop_last else -(-n // b)
-        used = min(n, n_batches * b)
-        per_chunk = max(1, _CHUNK_BYTES // (16 * b * ds.max_length)) * b  # windows per gather
-        for lo in range(0, used, per_chunk):
-            rows = ds.token_ids[order[lo : min(used, lo + per_chunk), None] * ds.stride + ds._offsets]  # (m, T+1)
-            inputs = torch.from_numpy(rows[:, :-1].astype(np.int64))  # (m, T)
-            targets = torch.from_numpy(rows[:, 1:].astype(np.int64))  # (m, T)
-            yield from map(list, zip(inputs.split(b), targets.split(b)))  # [(B,T), (B,T)] per batch
-
-
 # ------------------------------------------------------------------------------------------ scalable windows
 
 GPT2_EOT = 50256  # GPT-2's <|endoftext|> id: the document separator in token arrays without an index
@@ -240,7 +113,7 @@ class SlidingWindowDataset(Dataset):
 
     Args:
         source: a shard folder (``pathlib.Path``, a ``str`` naming an existing folder, or a
-            ``tokembed.shards.ShardSet``), a 1-D integer token array (numpy, torch or a list), or a
+            ``tokembed.shards.reader.ShardSet``), a 1-D integer token array (numpy, torch or a list), or a
             text (any other ``str``; encoded once with GPT-2's tokenizer as the chapter does).
         max_length: tokens per window (``T``).
         stride: tokens between consecutive window starts; default ``max_length`` (no overlap).
@@ -286,10 +159,14 @@ class SlidingWindowDataset(Dataset):
     # -- construction ------------------------------------------------------------------------------
 
     def _open(self, source, *, split, verify, eot_token, tokenizer) -> None:
-        if isinstance(source, shards_mod.ShardSet) or isinstance(source, os.PathLike) or (
+        if isinstance(source, (shard_reader.ShardSet, os.PathLike)) or (
             isinstance(source, str) and len(source) < 4096 and "\n" not in source and os.path.isdir(source)
         ):
-            ss = source if isinstance(source, shards_mod.ShardSet) else shards_mod.open_shards(Path(source), split=split, verify=verify)
+            ss = (
+                source
+                if isinstance(source, shard_reader.ShardSet)
+                else shard_reader.open_shards(Path(source), split=split, verify=verify)
+            )
             self._shards = ss
             self.source_kind = "shards"
             self.n_tokens = ss.n_tokens
@@ -319,7 +196,9 @@ class SlidingWindowDataset(Dataset):
             if arr.ndim != 1:
                 raise ValueError(f"a token array must be 1-D (N,), got shape {arr.shape}; flatten it with .reshape(-1)")
             if arr.dtype.kind not in "iu":
-                raise TypeError(f"a token array must hold integers, got dtype {arr.dtype}; convert with .astype(np.int64)")
+                raise TypeError(
+                    f"a token array must hold integers, got dtype {arr.dtype}; convert with .astype(np.int64)"
+                )
             if arr.size and arr.dtype.kind == "i" and int(arr.min()) < 0:
                 raise ValueError(f"token ids must be >= 0, found {int(arr.min())}")
             self.source_kind = "array"
@@ -406,8 +285,10 @@ class SlidingWindowDataset(Dataset):
 
     def __repr__(self) -> str:
         docs = ", within_documents=True" if self.within_documents else ""
-        return (f"SlidingWindowDataset({self._describe()}, tokens={self.n_tokens}, windows={self.n_windows}, "
-                f"max_length={self.max_length}, stride={self.stride}{docs})")
+        return (
+            f"SlidingWindowDataset({self._describe()}, tokens={self.n_tokens}, windows={self.n_windows}, "
+            f"max_length={self.max_length}, stride={self.stride}{docs})"
+        )
 
     def _check_indices(self, idx: np.ndarray) -> np.ndarray:
         n = self.n_windows
@@ -442,7 +323,9 @@ class SlidingWindowDataset(Dataset):
             w = self.max_length + 1
             rows = max(0, len(seg) - w + 1)
             # A read-only strided view: a fancy row index on it gathers a whole batch in one call.
-            v = np.lib.stride_tricks.as_strided(seg, shape=(rows, w), strides=(seg.strides[0], seg.strides[0]), writeable=False)
+            v = np.lib.stride_tricks.as_strided(
+                seg, shape=(rows, w), strides=(seg.strides[0], seg.strides[0]), writeable=False
+            )
             views[i] = v
         return v
 
@@ -499,7 +382,9 @@ class SlidingWindowDataset(Dataset):
         """
         return self._gather(self._check_indices(np.asarray(indices, dtype=np.int64)))
 
-    def _gather(self, k: np.ndarray, out: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def _gather(
+        self, k: np.ndarray, out: tuple[np.ndarray, np.ndarray] | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         # Trusted indices (the loader's): one fancy row index, then two casts to int64, into ``out``
         # when given (the loader recycles buffers nobody holds any more).
         rows = self.gather_rows(self._starts(k))  # (B, T+1)
@@ -526,7 +411,9 @@ class SlidingWindowDataset(Dataset):
         if self._fingerprint is None:
             h = hashlib.blake2b(digest_size=12)
             if self._shards is not None:
-                h.update(json.dumps([self._shards.split, [(s.n_tokens, s.sha256) for s in self._shards.shards]]).encode())
+                h.update(
+                    json.dumps([self._shards.split, [(s.n_tokens, s.sha256) for s in self._shards.shards]]).encode()
+                )
             else:
                 a = np.ascontiguousarray(self._array)
                 h.update(str(a.dtype).encode() + b"\0")

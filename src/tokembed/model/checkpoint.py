@@ -6,7 +6,7 @@
     CKPT/optimizer.pt         AdamW state (torch.save)
     CKPT/state.json           loader state, RNG state, step: what exact resume needs
     CKPT/log.json             {"train": [{"step", "tokens", "loss", "lr", "tokens_per_s"}, ...], "val": [{"step", "loss"}, ...]}
-    CKPT/loss.png             the loss curves (when matplotlib is installed)
+    CKPT/loss.png             the loss curves (written by the training loop when matplotlib is installed)
 
 Saving writes everything into ``CKPT.tmp-XXXX/`` beside ``CKPT``, fsyncs each file, then swaps the
 directories with two renames; the previous checkpoint is deleted only once the new one is in
@@ -20,7 +20,7 @@ import json
 import os
 import shutil
 import tempfile
-import warnings
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from tokembed._atomic import fsync_dir
-from tokembed.model import GPT, GPTConfig
+from tokembed.model.config import GPTConfig
+from tokembed.model.gpt import GPT
 
 __all__ = ["CHECKPOINT_FORMAT", "CHECKPOINT_VERSION", "load_checkpoint", "read_checkpoint_config", "save_checkpoint"]
 
@@ -68,7 +69,7 @@ def save_checkpoint(
     optimizer: torch.optim.Optimizer | None = None,
     state: dict | None = None,
     log: dict | None = None,
-    plot: bool = True,
+    extra_files: Mapping[str, Callable[[Path], object]] | None = None,
 ) -> Path:
     """Write a checkpoint directory atomically (see the module docstring) and return its path.
 
@@ -79,83 +80,93 @@ def save_checkpoint(
         step, tokens_seen: progress so far.
         optimizer: its ``state_dict()`` goes to ``optimizer.pt``.
         state: JSON-serialisable resume state (loader, RNG, ...) for ``state.json``.
-        log: the training log for ``log.json`` (and ``loss.png`` when ``plot`` and matplotlib is installed).
+        log: the training log for ``log.json``.
+        extra_files: file name -> a function that writes that file at the path it is given (the training
+            loop's ``loss.png``); each is written inside the new checkpoint before it replaces the old one.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f"{path.name}.tmp-", dir=path.parent))
     try:
-        config = {
-            "format": CHECKPOINT_FORMAT,
-            "version": CHECKPOINT_VERSION,
-            "model": model.config.to_dict(),
-            "tokenizer": "gpt2",
-            "train": train or {},
-            "step": int(step),
-            "tokens_seen": int(tokens_seen),
-        }
-        _write_json(tmp / "config.json", config)
-        save_file(model_state_for_disk(model), str(tmp / "model.safetensors"), metadata={"format": "pt"})
-        _fsync_file(tmp / "model.safetensors")
-        if optimizer is not None:
-            torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
-            _fsync_file(tmp / "optimizer.pt")
-        if state is not None:
-            _write_json(tmp / "state.json", state)
-        if log is not None:
-            _write_json(tmp / "log.json", log)
-            if plot:
-                write_loss_png(log, tmp / "loss.png")
+        _write_contents(
+            tmp, model, train=train, step=step, tokens_seen=tokens_seen, optimizer=optimizer, state=state, log=log
+        )
+        for name, write in (extra_files or {}).items():
+            write(tmp / name)
         fsync_dir(tmp)
-        if path.exists():
-            old = Path(tempfile.mkdtemp(prefix=f"{path.name}.old-", dir=path.parent))
-            os.replace(path, old / "ckpt")  # keep the previous checkpoint until the new one is in place
-            os.replace(tmp, path)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, path)
-        fsync_dir(path.parent)
+        _swap_in(tmp, path)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return path
 
 
-def write_loss_png(log: dict, path: str | os.PathLike) -> bool:
-    """Draw training (and validation) loss against step into a PNG; False (with a warning) without matplotlib."""
-    from tokembed.plot import plot_loss, save_figure  # matplotlib only when drawing
+def _write_contents(tmp: Path, model: GPT, *, train, step, tokens_seen, optimizer, state, log) -> None:
+    config = {
+        "format": CHECKPOINT_FORMAT,
+        "version": CHECKPOINT_VERSION,
+        "model": model.config.to_dict(),
+        "tokenizer": "gpt2",
+        "train": train or {},
+        "step": int(step),
+        "tokens_seen": int(tokens_seen),
+    }
+    _write_json(tmp / "config.json", config)
+    save_file(model_state_for_disk(model), str(tmp / "model.safetensors"), metadata={"format": "pt"})
+    _fsync_file(tmp / "model.safetensors")
+    if optimizer is not None:
+        torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+        _fsync_file(tmp / "optimizer.pt")
+    if state is not None:
+        _write_json(tmp / "state.json", state)
+    if log is not None:
+        _write_json(tmp / "log.json", log)
 
-    try:
-        fig = plot_loss(log)
-    except ModuleNotFoundError:
-        warnings.warn("matplotlib is not installed: no loss.png (pip install 'tokembed[plot]')", stacklevel=2)
-        return False
-    except ValueError:  # nothing logged yet
-        return False
-    save_figure(fig, path, overwrite=True)
-    return True
+
+def _swap_in(tmp: Path, path: Path) -> None:
+    """Rename the finished ``tmp`` folder to ``path``; an existing ``path`` is removed only once replaced."""
+    if path.exists():
+        old = Path(tempfile.mkdtemp(prefix=f"{path.name}.old-", dir=path.parent))
+        os.replace(path, old / "ckpt")  # keep the previous checkpoint until the new one is in place
+        os.replace(tmp, path)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, path)
+    fsync_dir(path.parent)
 
 
 def read_checkpoint_config(path: str | os.PathLike) -> dict:
     """Read and check ``CKPT/config.json``; errors say what is wrong and what to do."""
     path = Path(path)
     if not path.exists():
-        olds = sorted(p for p in path.parent.glob(f"{path.name}.old-*/ckpt") if (p / "config.json").exists()) if path.parent.exists() else []
+        olds = (
+            sorted(p for p in path.parent.glob(f"{path.name}.old-*/ckpt") if (p / "config.json").exists())
+            if path.parent.exists()
+            else []
+        )
         hint = f"; a save was interrupted: the previous checkpoint is {olds[-1]} (move it to {path})" if olds else ""
         raise FileNotFoundError(f"checkpoint {path} does not exist{hint}")
     if not path.is_dir():
-        raise NotADirectoryError(f"checkpoint {path} is not a directory: give the directory written by `tokembed train --out`")
+        raise NotADirectoryError(
+            f"checkpoint {path} is not a directory: give the directory written by `tokembed train --out`"
+        )
     cfg_path = path / "config.json"
     if not cfg_path.exists():
-        raise FileNotFoundError(f"{path} is not a tokembed checkpoint: it has no config.json (a directory written by `tokembed train --out` has)")
+        raise FileNotFoundError(
+            f"{path} is not a tokembed checkpoint: it has no config.json (a directory written by `tokembed train --out` has)"
+        )
     try:
         config = json.loads(cfg_path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
         raise ValueError(f"{cfg_path} is not valid JSON ({e}); the checkpoint is damaged") from None
     if not isinstance(config, dict) or config.get("format") != CHECKPOINT_FORMAT:
-        raise ValueError(f"{cfg_path} is not a tokembed checkpoint config (format {config.get('format') if isinstance(config, dict) else None!r}, expected {CHECKPOINT_FORMAT!r})")
+        raise ValueError(
+            f"{cfg_path} is not a tokembed checkpoint config (format {config.get('format') if isinstance(config, dict) else None!r}, expected {CHECKPOINT_FORMAT!r})"
+        )
     if config.get("version") != CHECKPOINT_VERSION:
-        raise ValueError(f"{path} has checkpoint version {config.get('version')!r}; this tokembed reads version {CHECKPOINT_VERSION}: upgrade tokembed")
+        raise ValueError(
+            f"{path} has checkpoint version {config.get('version')!r}; this tokembed reads version {CHECKPOINT_VERSION}: upgrade tokembed"
+        )
     return config
 
 
@@ -176,7 +187,9 @@ def load_checkpoint(path: str | os.PathLike, *, map_location: str | torch.device
     if model.config.tie_embeddings:
         missing = [k for k in missing if k != "head.weight"]  # the token table, shared
     if missing or unexpected:
-        raise ValueError(f"checkpoint {path} does not match its config: missing weights {missing}, unexpected weights {unexpected}")
+        raise ValueError(
+            f"checkpoint {path} does not match its config: missing weights {missing}, unexpected weights {unexpected}"
+        )
     model.to(map_location)
     model.eval()
     return model, config

@@ -1,8 +1,8 @@
 """Questions about an embedding table: neighbours, analogies, similarity, a text's tokens, positions.
 
 Works on any (V, D) table: a ``tokembed train`` checkpoint, an exported ``.npy``/``.safetensors``
-table, or GPT-2's own ``wte``/``wpe`` (see ``tokembed.gpt2_weights``). numpy and torch only: the
-pictures live in ``tokembed.plot``.
+table, or GPT-2's own ``wte``/``wpe`` (see ``tokembed.model.gpt2_weights``). numpy and torch only: the
+pictures live in ``tokembed.inspection.plot``.
 
 How a query is turned into a vector:
 
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import difflib
 import functools
-import json
 import math
 import numbers
 from collections.abc import Iterable, Sequence
@@ -34,20 +33,16 @@ import numpy as np
 import torch
 
 __all__ = [
-    "CHECKPOINT_FORMAT",
     "EXPORT_FORMAT",
     "EmbeddingTable",
     "Neighbour",
     "TokenRow",
     "gpt2_byte_spelling",
-    "load_table",
-    "project_2d",
-    "token_counts",
+    "as_table_tensor",
+    "resolve_tokenizer",
 ]
 
-PROJECTIONS = ("pca", "tsne")
 
-CHECKPOINT_FORMAT = "tokembed-checkpoint"  # config.json "format" of `tokembed train` checkpoints
 EXPORT_FORMAT = "tokembed-embeddings"  # safetensors metadata "format" of `tokembed export` tables
 # Positional schemes whose per-position vectors form a table (the others act inside attention).
 ABSOLUTE_POSITIONALS = ("learned", "sinusoidal")
@@ -76,7 +71,9 @@ class TokenRow:
 def _byte_to_unicode() -> dict[int, str]:
     # GPT-2's encoder.json spelling (bytes_to_unicode in OpenAI's encoder.py): printable bytes stand for
     # themselves, the others (space, newline, ...) are shifted to code points 256+, e.g. space -> "Ġ".
-    keep = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    keep = (
+        list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    )
     table, extra = {}, 0
     for b in range(256):
         if b in keep:
@@ -98,7 +95,7 @@ def gpt2_byte_spelling(token: bytes) -> str:
     return "".join(m[b] for b in token)
 
 
-def _resolve_tokenizer(tokenizer):
+def resolve_tokenizer(tokenizer):
     if tokenizer is None or not isinstance(tokenizer, str):
         return tokenizer
     if tokenizer == "none":  # a table whose rows are only ids
@@ -108,7 +105,7 @@ def _resolve_tokenizer(tokenizer):
     return get_tokenizer(tokenizer)
 
 
-def _as_table_tensor(name: str, value) -> torch.Tensor:
+def as_table_tensor(name: str, value) -> torch.Tensor:
     if isinstance(value, np.ndarray):
         value = torch.from_numpy(np.ascontiguousarray(value))
     if not isinstance(value, torch.Tensor):
@@ -147,19 +144,23 @@ class EmbeddingTable:
     _label_index: dict = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "tokens", _as_table_tensor("the token table", self.tokens))
-        object.__setattr__(self, "tokenizer", _resolve_tokenizer(self.tokenizer))
+        object.__setattr__(self, "tokens", as_table_tensor("the token table", self.tokens))
+        object.__setattr__(self, "tokenizer", resolve_tokenizer(self.tokenizer))
         if self.positions is not None:
-            pos = _as_table_tensor("the position table", self.positions)
+            pos = as_table_tensor("the position table", self.positions)
             if pos.shape[1] != self.dim:
-                raise ValueError(f"the position table has shape {tuple(pos.shape)} but the token table {tuple(self.tokens.shape)}; their widths (dim) must match")
+                raise ValueError(
+                    f"the position table has shape {tuple(pos.shape)} but the token table {tuple(self.tokens.shape)}; their widths (dim) must match"
+                )
             object.__setattr__(self, "positions", pos)
             if self.positional == "none":
                 object.__setattr__(self, "positional", "learned")
         if self.labels is not None:
             labels = tuple(str(x) for x in self.labels)
             if len(labels) != self.vocab_size:
-                raise ValueError(f"{len(labels)} labels given for a table of {self.vocab_size} rows; give one label per row")
+                raise ValueError(
+                    f"{len(labels)} labels given for a table of {self.vocab_size} rows; give one label per row"
+                )
             object.__setattr__(self, "labels", labels)
             index: dict[str, int] = {}
             for i, lab in enumerate(labels):
@@ -190,7 +191,9 @@ class EmbeddingTable:
         if isinstance(token_id, bool) or not isinstance(token_id, numbers.Integral):
             raise TypeError(f"a token id must be an integer, got {token_id!r} ({type(token_id).__name__})")
         if not 0 <= token_id < self.vocab_size:
-            raise ValueError(f"token id {token_id} is outside the table's vocabulary (size {self.vocab_size}): valid ids are 0..{self.vocab_size - 1}")
+            raise ValueError(
+                f"token id {token_id} is outside the table's vocabulary (size {self.vocab_size}): valid ids are 0..{self.vocab_size - 1}"
+            )
         return int(token_id)
 
     def label(self, token_id: int) -> str:
@@ -235,7 +238,9 @@ class EmbeddingTable:
             hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
             raise ValueError(f"word {word!r} is not in the table's vocabulary ({self.vocab_size} labels){hint}")
         if self.tokenizer is None:
-            raise ValueError(f"this table ({self.source or 'no source'}) has no tokenizer nor labels, so word {word!r} cannot be looked up; give token ids, or load it with tokenizer='gpt2'")
+            raise ValueError(
+                f"this table ({self.source or 'no source'}) has no tokenizer nor labels, so word {word!r} cannot be looked up; give token ids, or load it with tokenizer='gpt2'"
+            )
         special = self.tokenizer._special_tokens
         ids = [special[word]] if word in special else self.tokenizer.encode_ordinary(word)
         for i in ids:
@@ -263,7 +268,9 @@ class EmbeddingTable:
         if isinstance(query, numbers.Integral) and not isinstance(query, bool):
             i = self.check_id(query)
             return self.tokens[i], [i]
-        raise TypeError(f"a query must be a token id (int), a word (str) or a ({self.dim},) vector, got {query!r} ({type(query).__name__})")
+        raise TypeError(
+            f"a query must be a token id (int), a word (str) or a ({self.dim},) vector, got {query!r} ({type(query).__name__})"
+        )
 
     def _top(self, scores: torch.Tensor, exclude: Iterable[int], topn: int) -> list[Neighbour]:
         # scores (V,) is a fresh product that this function may overwrite (no copy: it is V floats per query)
@@ -347,12 +354,16 @@ class EmbeddingTable:
         if not isinstance(text, str):
             raise TypeError(f"text must be a str, got {type(text).__name__}")
         if self.tokenizer is None:
-            raise ValueError(f"this table ({self.source or 'no source'}) has no tokenizer to split text; load it with tokenizer='gpt2'")
+            raise ValueError(
+                f"this table ({self.source or 'no source'}) has no tokenizer to split text; load it with tokenizer='gpt2'"
+            )
         ids = self.tokenizer.encode(text, allowed_special=set(self.tokenizer._special_tokens))
         rows = []
         for p, i in enumerate(ids):
             if i >= self.vocab_size:
-                raise ValueError(f"token {p} of the text has id {i}, outside the table's vocabulary (size {self.vocab_size}); was the table trained with another tokenizer?")
+                raise ValueError(
+                    f"token {p} of the text has id {i}, outside the table's vocabulary (size {self.vocab_size}); was the table trained with another tokenizer?"
+                )
             rows.append(TokenRow(p, i, self.label(i), float(self.norms[i])))
         return rows
 
@@ -402,10 +413,16 @@ class EmbeddingTable:
     @classmethod
     def from_gpt2(cls, path: str | Path, *, tokenizer="gpt2") -> EmbeddingTable:
         """GPT-2's own tables from a local Hugging Face or book-layout checkpoint (no download)."""
-        from tokembed.gpt2_weights import find_gpt2_file, load_gpt2_embeddings
+        from tokembed.model.gpt2_weights import find_gpt2_file, load_gpt2_embeddings
 
         tables = load_gpt2_embeddings(path)
-        return cls(tables["wte"], tokenizer, positions=tables["wpe"], positional="learned", source=f"GPT-2 {find_gpt2_file(path)}")
+        return cls(
+            tables["wte"],
+            tokenizer,
+            positions=tables["wpe"],
+            positional="learned",
+            source=f"GPT-2 {find_gpt2_file(path)}",
+        )
 
     @classmethod
     def from_model(cls, model, *, tokenizer="gpt2") -> EmbeddingTable:
@@ -416,7 +433,9 @@ class EmbeddingTable:
         embed = getattr(model, "embed", None)
         token = getattr(getattr(embed, "token", None), "weight", None)
         if not isinstance(token, torch.Tensor):
-            raise TypeError(f"{type(model).__name__} has no model.embed.token.weight; pass a tokembed.GPT (or use EmbeddingTable(tensor, tokenizer))")
+            raise TypeError(
+                f"{type(model).__name__} has no model.embed.token.weight; pass a tokembed.GPT (or use EmbeddingTable(tensor, tokenizer))"
+            )
         config = getattr(model, "config", None)
         positional = str(getattr(config, "positional", "learned"))
         position = getattr(getattr(embed, "position", None), "weight", None)
@@ -426,7 +445,13 @@ class EmbeddingTable:
             position = sinusoidal_table(int(config.context_length), token.shape[1])
         elif positional not in ABSOLUTE_POSITIONALS:
             position = None
-        return cls(token.detach().clone(), tokenizer, positions=None if position is None else position.detach().clone(), positional=positional, source=type(model).__name__)
+        return cls(
+            token.detach().clone(),
+            tokenizer,
+            positions=None if position is None else position.detach().clone(),
+            positional=positional,
+            source=type(model).__name__,
+        )
 
     @classmethod
     def from_checkpoint(cls, path: str | Path) -> EmbeddingTable:
@@ -435,21 +460,25 @@ class EmbeddingTable:
         Sinusoidal positions are recomputed (they are not stored); other schemes (RoPE, ALiBi, ...)
         have no position vectors.
         """
-        from tokembed.checkpoint import read_checkpoint_config
+        from tokembed.model.checkpoint import read_checkpoint_config
 
         path = Path(path)
         config = read_checkpoint_config(path)
         model = config.get("model", {})
         weights = path / "model.safetensors"
         if not weights.is_file():
-            raise FileNotFoundError(f"{path} has config.json but no model.safetensors; the checkpoint is incomplete (was training interrupted while saving?)")
+            raise FileNotFoundError(
+                f"{path} has config.json but no model.safetensors; the checkpoint is incomplete (was training interrupted while saving?)"
+            )
         from safetensors import SafetensorError, safe_open
 
         try:
             with safe_open(str(weights), framework="pt") as f:
                 keys = set(f.keys())
                 if "embed.token.weight" not in keys:
-                    raise ValueError(f"{weights} has no 'embed.token.weight' (keys: {', '.join(sorted(keys)[:10])}); it is not a tokembed model")
+                    raise ValueError(
+                        f"{weights} has no 'embed.token.weight' (keys: {', '.join(sorted(keys)[:10])}); it is not a tokembed model"
+                    )
                 tokens = f.get_tensor("embed.token.weight")
                 positions = f.get_tensor("embed.position.weight") if "embed.position.weight" in keys else None
         except SafetensorError as e:
@@ -457,16 +486,24 @@ class EmbeddingTable:
         positional = str(model.get("positional", "learned" if positions is not None else "none"))
         vocab_size, dim = model.get("vocab_size"), model.get("dim")
         if (vocab_size is not None and tokens.shape[0] != vocab_size) or (dim is not None and tokens.shape[1] != dim):
-            raise ValueError(f"{weights}: embed.token.weight has shape {tuple(tokens.shape)} but config.json says vocab_size={vocab_size}, dim={dim}; the checkpoint is inconsistent")
+            raise ValueError(
+                f"{weights}: embed.token.weight has shape {tuple(tokens.shape)} but config.json says vocab_size={vocab_size}, dim={dim}; the checkpoint is inconsistent"
+            )
         if positional == "sinusoidal" and positions is None:
             from tokembed.embeddings.sinusoidal import sinusoidal_table
 
-            positions = sinusoidal_table(int(model["context_length"]), tokens.shape[1], base=float(model.get("sinusoidal_base", 10000.0)))
+            positions = sinusoidal_table(
+                int(model["context_length"]), tokens.shape[1], base=float(model.get("sinusoidal_base", 10000.0))
+            )
         elif positional == "learned" and positions is None:
-            raise ValueError(f"{weights}: config.json says learned positions but 'embed.position.weight' is missing; the checkpoint is incomplete")
+            raise ValueError(
+                f"{weights}: config.json says learned positions but 'embed.position.weight' is missing; the checkpoint is incomplete"
+            )
         elif positional not in ABSOLUTE_POSITIONALS:
             positions = None
-        return cls(tokens, config.get("tokenizer", "gpt2"), positions=positions, positional=positional, source=str(path))
+        return cls(
+            tokens, config.get("tokenizer", "gpt2"), positions=positions, positional=positional, source=str(path)
+        )
 
     @classmethod
     def from_file(cls, path: str | Path, *, tokenizer="gpt2") -> EmbeddingTable:
@@ -503,125 +540,3 @@ class EmbeddingTable:
                 raise ValueError(f"{path} is not a readable safetensors file ({e})") from e
             return cls.from_gpt2(path, tokenizer=tokenizer)
         raise ValueError(f"{path} is not an embedding table: expected a .npy or .safetensors file")
-
-
-def _is_tokembed_checkpoint(path: Path) -> bool:
-    # True for a folder whose config.json names our format, or is damaged (the checkpoint reader says how).
-    try:
-        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
-    except OSError:
-        return False
-    except ValueError:
-        return True
-    return isinstance(config, dict) and config.get("format") == CHECKPOINT_FORMAT
-
-
-def load_table(source: str | Path, *, tokenizer="gpt2") -> EmbeddingTable:
-    """Open any embedding table: a checkpoint directory, an exported table, or GPT-2's own weights.
-
-    Args:
-        source: a ``tokembed train`` checkpoint directory; a ``.npy`` or ``.safetensors`` table from
-            ``tokembed export``; GPT-2's ``model.safetensors`` / ``pytorch_model.bin`` / the book's
-            ``model.pth``, or a folder holding one.
-        tokenizer: for tables that do not name theirs (``.npy``, GPT-2 weights).
-
-    Raises:
-        FileNotFoundError: nothing at ``source``.
-        ValueError: ``source`` is none of the above.
-    """
-    path = Path(source)
-    if not path.exists():
-        raise FileNotFoundError(f"{path} does not exist; pass a checkpoint directory, a .npy/.safetensors table or GPT-2 weights")
-    if path.is_dir():
-        if _is_tokembed_checkpoint(path) or not any((path / name).is_file() for name in ("model.safetensors", "pytorch_model.bin", "model.pth", "model.pt")):
-            return EmbeddingTable.from_checkpoint(path)  # also says what is wrong with a folder that is neither
-        return EmbeddingTable.from_gpt2(path, tokenizer=tokenizer)  # a Hugging Face snapshot folder
-    if path.suffix in (".npy", ".safetensors"):
-        return EmbeddingTable.from_file(path, tokenizer=tokenizer)
-    if path.suffix in (".bin", ".pt", ".pth", ".ckpt"):
-        return EmbeddingTable.from_gpt2(path, tokenizer=tokenizer)
-    raise ValueError(
-        f"{path} is not an embedding table or checkpoint (unknown suffix {path.suffix!r}); pass a checkpoint directory, "
-        "a .npy/.safetensors table, or GPT-2's model.safetensors / pytorch_model.bin / model.pth"
-    )
-
-
-def token_counts(corpus: str | Path, *, tokenizer="gpt2", vocab_size: int | None = None) -> torch.Tensor:
-    """(V,) how many times each token id occurs in a corpus.
-
-    Args:
-        corpus: a ``tokembed prepare`` shard folder (its ``train`` split is counted, no
-            re-tokenizing), a UTF-8 text file, or a folder whose ``*.txt`` files (recursively) are read.
-        tokenizer: the tokenizer the table was trained with (for text).
-        vocab_size: length of the result (default: the tokenizer's vocabulary).
-    """
-    enc = _resolve_tokenizer(tokenizer)
-    path = Path(corpus)
-    V = vocab_size or (enc.n_vocab if enc is not None else None)
-    if V is None:
-        raise ValueError("token_counts needs a tokenizer or a vocab_size")
-    counts = torch.zeros(V, dtype=torch.int64)
-    if path.is_dir() and (path / "manifest.json").is_file():
-        from tokembed.shards import open_shards
-
-        shards = open_shards(path, split="train")
-        for i in range(len(shards.shards)):
-            ids = torch.from_numpy(np.asarray(shards.tokens(i), dtype=np.int64))  # (n,) uint16/32 on disk
-            counts += torch.bincount(ids[ids < V], minlength=V)
-        return counts
-    if path.is_dir():
-        files = sorted(path.rglob("*.txt"))
-        if not files:
-            raise ValueError(f"corpus folder {path} holds no *.txt files and no shard manifest; pass a text file, a folder of text files or a `tokembed prepare` folder")
-    elif path.is_file():
-        files = [path]
-    else:
-        raise FileNotFoundError(f"corpus {path} does not exist; pass the text the table was trained on")
-    if enc is None:
-        raise ValueError(f"counting the tokens of text needs the table's tokenizer; corpus {path} is text")
-    for f in files:
-        try:
-            text = f.read_text(encoding="utf-8")
-        except UnicodeDecodeError as e:
-            raise ValueError(f"corpus file {f} is not UTF-8 text ({e}); pass the text the table was trained on") from e
-        ids = torch.tensor(enc.encode(text, allowed_special=set(enc._special_tokens)), dtype=torch.int64)
-        counts += torch.bincount(ids[ids < V], minlength=V)
-    return counts
-
-
-def project_2d(vectors, *, method: str = "pca", seed: int = 0) -> np.ndarray:
-    """(n, D) vectors -> (n, 2) coordinates for a picture.
-
-    Args:
-        vectors: (n, D) rows to place.
-        method: ``"pca"``: the projection on the two directions of largest variance (SVD of the
-            centred rows; sign fixed so that each axis' largest loading is positive).
-            ``"tsne"``: scikit-learn's t-SNE (extra ``tsne``), which keeps near neighbours near.
-        seed: t-SNE's random state.
-    """
-    x = _as_table_tensor("the vectors to project", vectors).double()
-    if method not in PROJECTIONS:
-        raise ValueError(f"unknown projection {method!r}; choose one of {', '.join(PROJECTIONS)}")
-    if x.shape[0] < 3:
-        raise ValueError(f"a 2-D projection needs at least 3 vectors, got {x.shape[0]}")
-    if method == "pca":
-        centred = x - x.mean(dim=0)  # (n,D)
-        _, _, vh = torch.linalg.svd(centred, full_matrices=False)  # vh (min(n,D), D): principal directions
-        axes = vh[:2]  # (2,D) (a 1-wide table has only one)
-        signs = torch.sign(axes.gather(1, axes.abs().argmax(dim=1, keepdim=True)))  # (2,1)
-        coords = centred @ (axes * signs).T  # (n,D) @ (D,2) -> (n,2)
-        if coords.shape[1] == 1:
-            coords = torch.cat([coords, torch.zeros_like(coords)], dim=1)
-        return coords.numpy()
-    try:
-        from sklearn.manifold import TSNE
-    except ImportError as e:
-        raise ModuleNotFoundError("t-SNE needs scikit-learn, which is not installed; install the extra with `pip install 'tokembed[tsne]'` or use method='pca'", name="sklearn") from e
-    from threadpoolctl import threadpool_limits  # a dependency of scikit-learn
-
-    perplexity = float(min(30.0, (x.shape[0] - 1) / 3))
-    tsne = TSNE(n_components=2, perplexity=perplexity, init="pca", random_state=seed)
-    # One OpenMP thread: beside torch's own OpenMP runtime, sklearn's threads spin against it
-    # (40 points took 33 s with the default threads on a busy 2-core machine, 0.27 s with one).
-    with threadpool_limits(limits=1, user_api="openmp"):
-        return tsne.fit_transform(x.numpy()).astype(np.float64)

@@ -29,7 +29,9 @@ class KVCache:
         self.layers: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None] = [None] * n_layers
         self.length = 0  # tokens cached so far; GPT.forward advances it
 
-    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def update(
+        self, layer: int, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Append (B, H, T, d) keys and values at positions (T,) or (B, T); return everything cached."""
         old = self.layers[layer]
         if old is not None:
@@ -64,11 +66,20 @@ class CausalSelfAttention(nn.Module):
     """
 
     def __init__(
-        self, dim: int, n_heads: int, *, dropout: float = 0.0, positional: AttentionPositional | None = None, bias: bool = True, shared_positional: bool = False
+        self,
+        dim: int,
+        n_heads: int,
+        *,
+        dropout: float = 0.0,
+        positional: AttentionPositional | None = None,
+        bias: bool = True,
+        shared_positional: bool = False,
     ) -> None:
         super().__init__()
         if dim % n_heads:
-            raise ValueError(f"dim={dim} is not divisible by n_heads={n_heads}; choose n_heads that divides dim (e.g. {_divisors_hint(dim)})")
+            raise ValueError(
+                f"dim={dim} is not divisible by n_heads={n_heads}; choose n_heads that divides dim (e.g. {_divisors_hint(dim)})"
+            )
         self.dim, self.n_heads, self.head_dim = dim, n_heads, dim // n_heads
         self.qkv = nn.Linear(dim, 3 * dim, bias=bias)
         self.proj = nn.Linear(dim, dim, bias=bias)
@@ -76,12 +87,20 @@ class CausalSelfAttention(nn.Module):
         self.attn_dropout = nn.Dropout(dropout)
         self.resid_dropout = nn.Dropout(dropout)
         if shared_positional:
-            self.__dict__["positional"] = positional  # a plain attribute: nn.Module would register it (and store it) per layer
+            self.__dict__["positional"] = (
+                positional  # a plain attribute: nn.Module would register it (and store it) per layer
+            )
         else:
             self.positional = positional
 
     def forward(
-        self, x: torch.Tensor, position_ids: torch.Tensor, *, cache: KVCache | None = None, layer: int = 0, document_ids: torch.Tensor | None = None
+        self,
+        x: torch.Tensor,
+        position_ids: torch.Tensor,
+        *,
+        cache: KVCache | None = None,
+        layer: int = 0,
+        document_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
         B, T, D = x.shape
         visible = None  # (B,1,T,T) bool when documents are kept apart, else the plain causal mask
@@ -90,7 +109,9 @@ class CausalSelfAttention(nn.Module):
                 raise ValueError("document_ids cannot be combined with a KVCache; run the whole sequence at once")
             same = document_ids[:, :, None] == document_ids[:, None, :]  # (B,T,T)
             visible = (same & causal_mask(T, T, x.device))[:, None]  # (B,1,T,T)
-        q, k, v = self.qkv(x).view(B, T, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)  # (B,H,T,d) each
+        q, k, v = (
+            self.qkv(x).view(B, T, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+        )  # (B,H,T,d) each
         pos = self.positional
         if pos is not None:
             q, k = pos.rotate(q, k, position_ids)
@@ -104,14 +125,18 @@ class CausalSelfAttention(nn.Module):
             scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)  # (B,H,T,Tk)
             if bias is not None:
                 scores = scores + bias
-            scores = scores.masked_fill(~(visible if visible is not None else causal_mask(T, t_k, x.device)), float("-inf"))
+            scores = scores.masked_fill(
+                ~(visible if visible is not None else causal_mask(T, t_k, x.device)), float("-inf")
+            )
             weights = self.attn_dropout(torch.softmax(scores, dim=-1))  # (B,H,T,Tk)
             y = weights @ v  # (B,H,T,d)
             extra = pos.value_term(weights, position_ids, k_pos)
             if extra is not None:
                 y = y + extra
         elif bias is not None:
-            mask = bias.masked_fill(~(visible if visible is not None else causal_mask(T, t_k, x.device)), float("-inf"))  # -inf hides keys
+            mask = bias.masked_fill(
+                ~(visible if visible is not None else causal_mask(T, t_k, x.device)), float("-inf")
+            )  # -inf hides keys
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
         elif visible is not None:
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=visible, dropout_p=p)  # True: may attend

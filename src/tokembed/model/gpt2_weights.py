@@ -50,7 +50,9 @@ def find_gpt2_file(path: str | Path) -> Path:
             "pass the weights file itself, or download GPT-2 once elsewhere and copy it here"
         )
     if not path.exists():
-        raise FileNotFoundError(f"GPT-2 weights file {path} does not exist; pass a local model.safetensors, pytorch_model.bin or the book's model.pth")
+        raise FileNotFoundError(
+            f"GPT-2 weights file {path} does not exist; pass a local model.safetensors, pytorch_model.bin or the book's model.pth"
+        )
     return path
 
 
@@ -72,7 +74,9 @@ def _pick_keys(keys: list[str], path: Path) -> tuple[str, str]:
             return stripped[tok], stripped[pos]
     shown = ", ".join(sorted(keys)[:12]) + (f", ... ({len(keys)} keys)" if len(keys) > 12 else "")
     wanted = "; ".join(f"{name}: {tok!r} + {pos!r}" for name, (tok, pos) in _LAYOUTS.items())
-    raise ValueError(f"{path} has no GPT-2 embedding tables: expected one of [{wanted}], found keys [{shown or 'none'}]")
+    raise ValueError(
+        f"{path} has no GPT-2 embedding tables: expected one of [{wanted}], found keys [{shown or 'none'}]"
+    )
 
 
 def _read_safetensors(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
@@ -102,7 +106,9 @@ def _read_torch(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
                 obj = obj[nest]
                 break
     if not isinstance(obj, dict):
-        raise ValueError(f"{path} holds a {type(obj).__name__}, not a state dict; save the weights with torch.save(model.state_dict(), path)")
+        raise ValueError(
+            f"{path} holds a {type(obj).__name__}, not a state dict; save the weights with torch.save(model.state_dict(), path)"
+        )
     tensors = {k: v for k, v in obj.items() if isinstance(k, str) and isinstance(v, torch.Tensor)}
     tok_key, pos_key = _pick_keys(list(tensors), path)
     return tensors[tok_key], tensors[pos_key]
@@ -136,14 +142,18 @@ def load_gpt2_embeddings(path: str | Path) -> dict[str, torch.Tensor]:
     else:
         wte, wpe = _read_torch(file)
     if wte.ndim != 2 or wpe.ndim != 2:
-        raise ValueError(f"{file}: the token table has shape {tuple(wte.shape)} and the position table {tuple(wpe.shape)}; both must be 2-D (rows, dim)")
+        raise ValueError(
+            f"{file}: the token table has shape {tuple(wte.shape)} and the position table {tuple(wpe.shape)}; both must be 2-D (rows, dim)"
+        )
     if wte.shape[0] != GPT2_VOCAB_SIZE:
         raise ValueError(
             f"{file}: the token table has shape {tuple(wte.shape)}, but GPT-2's has {GPT2_VOCAB_SIZE} rows (one per BPE token); "
             "this is not a GPT-2 checkpoint (or it was trained with another tokenizer)"
         )
     if wpe.shape[1] != wte.shape[1]:
-        raise ValueError(f"{file}: the token table has shape {tuple(wte.shape)} but the position table {tuple(wpe.shape)}; their widths (dim) must be equal")
+        raise ValueError(
+            f"{file}: the token table has shape {tuple(wte.shape)} but the position table {tuple(wpe.shape)}; their widths (dim) must be equal"
+        )
     if not (wte.dtype.is_floating_point and wpe.dtype.is_floating_point):
         raise ValueError(f"{file}: the tables have dtypes {wte.dtype} and {wpe.dtype}; expected floating point")
     return {"wte": wte.to(torch.float32).contiguous(), "wpe": wpe.to(torch.float32).contiguous()}

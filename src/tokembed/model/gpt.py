@@ -12,102 +12,19 @@ weight *is* the token table (one tensor), as in GPT-2.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tokembed._checks import check_index_tensor, check_positive_int, check_probability, config_from_dict
-from tokembed.attention import CausalSelfAttention, KVCache
+from tokembed._checks import check_index_tensor
 from tokembed.embeddings.input import InputEmbedding
 from tokembed.embeddings.registry import attention_positional, positional_scheme
-from tokembed.embeddings.rotary import ROPE_SCALINGS
-from tokembed.loss import linear_cross_entropy
+from tokembed.model.attention import CausalSelfAttention, KVCache
+from tokembed.model.config import GPTConfig
+from tokembed.model.loss import linear_cross_entropy
 
-__all__ = ["GPT", "GPTConfig", "KVCache", "document_ids", "document_positions"]
-
-
-@dataclass(frozen=True)
-class GPTConfig:
-    """The shape of a GPT. Defaults: a tiny model that learns on a CPU in minutes.
-
-    Attributes:
-        vocab_size: token table rows (50,257: GPT-2's BPE).
-        context_length: the training context. The learned table has this many rows and the
-            model cannot read further; the other schemes can be run on longer sequences.
-        dim: model width D (GPT-2 small: 768).
-        n_layers: transformer blocks.
-        n_heads: attention heads; must divide ``dim``.
-        dropout: on embeddings, attention weights and residual branches.
-        positional: ``learned``, ``sinusoidal``, ``rope``, ``alibi``, ``t5``, ``shaw`` or ``none``.
-        tie_embeddings: share the token table with the output head (GPT-2 does).
-        bias: biases in the linear layers (GPT-2 has them).
-        rope_base, rope_scaling, rope_factor: RoPE's frequency base and long-context scaling
-            (None, ``"linear"`` position interpolation, ``"ntk"``) by ``rope_factor`` >= 1.
-        t5_num_buckets, t5_max_distance: T5's buckets (32 and 128 in T5).
-        shaw_max_distance: Shaw's clipping distance k (16 in the paper).
-        document_mask: keep packed documents apart. A window cut from the token stream often holds the
-            end of one document and the start of the next; with this, a token attends only to earlier
-            tokens of its own document, and positions restart at 0 after every ``<|endoftext|>``
-            (``eot_token``, which belongs to the document it ends). GPT-2 trained without it.
-        eot_token: the separator that ends a document (GPT-2's ``<|endoftext|>``, 50256).
-    """
-
-    vocab_size: int = 50257
-    context_length: int = 128
-    dim: int = 64
-    n_layers: int = 2
-    n_heads: int = 4
-    dropout: float = 0.0
-    positional: str = "learned"
-    tie_embeddings: bool = True
-    bias: bool = True
-    rope_base: float = 10000.0
-    rope_scaling: str | None = None
-    rope_factor: float = 1.0
-    t5_num_buckets: int = 32
-    t5_max_distance: int = 128
-    shaw_max_distance: int = 16
-    document_mask: bool = False
-    eot_token: int = 50256
-
-    def __post_init__(self) -> None:
-        for name in ("vocab_size", "context_length", "dim", "n_layers", "n_heads", "t5_num_buckets", "t5_max_distance", "shaw_max_distance"):
-            check_positive_int(name, getattr(self, name))
-        check_probability("dropout", self.dropout)
-        positional_scheme(self.positional)
-        if self.dim % self.n_heads:
-            raise ValueError(f"n_heads={self.n_heads} does not divide dim={self.dim}; choose n_heads among the divisors of dim or change dim")
-        head_dim = self.dim // self.n_heads
-        if self.positional == "rope" and head_dim % 2:
-            raise ValueError(f"rope needs an even head width, got dim/n_heads = {self.dim}/{self.n_heads} = {head_dim}; change dim or n_heads")
-        if self.positional == "sinusoidal" and self.dim % 2:
-            raise ValueError(f"sinusoidal positions need an even dim, got {self.dim}")
-        if self.rope_scaling is not None and self.rope_scaling not in ROPE_SCALINGS:
-            raise ValueError(f"rope_scaling must be None, 'linear' or 'ntk', got {self.rope_scaling!r}")
-        if not isinstance(self.rope_factor, (int, float)) or self.rope_factor < 1:
-            raise ValueError(f"rope_factor must be >= 1, got {self.rope_factor!r}")
-        if not isinstance(self.tie_embeddings, bool) or not isinstance(self.bias, bool) or not isinstance(self.document_mask, bool):
-            raise TypeError(
-                f"tie_embeddings, bias and document_mask must be True or False, got {self.tie_embeddings!r}, {self.bias!r} and {self.document_mask!r}"
-            )
-        if isinstance(self.eot_token, bool) or not isinstance(self.eot_token, int):
-            raise TypeError(f"eot_token must be an integer token id, got {self.eot_token!r}")
-        if self.document_mask and not 0 <= self.eot_token < self.vocab_size:
-            raise ValueError(f"eot_token {self.eot_token} is outside the vocabulary (size {self.vocab_size}); document_mask needs the id that ends documents")
-
-    @property
-    def head_dim(self) -> int:
-        return self.dim // self.n_heads
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> GPTConfig:
-        """Build from a dict (e.g. a checkpoint's ``config.json``), naming unknown keys."""
-        return config_from_dict(cls, d)
+__all__ = ["GPT", "KVCache", "document_ids", "document_positions"]
 
 
 class MLP(nn.Module):
@@ -130,12 +47,25 @@ class Block(nn.Module):
         super().__init__()
         self.ln1 = nn.LayerNorm(config.dim, bias=config.bias)
         self.attn = CausalSelfAttention(
-            config.dim, config.n_heads, dropout=config.dropout, positional=positional, bias=config.bias, shared_positional=shared_positional
+            config.dim,
+            config.n_heads,
+            dropout=config.dropout,
+            positional=positional,
+            bias=config.bias,
+            shared_positional=shared_positional,
         )
         self.ln2 = nn.LayerNorm(config.dim, bias=config.bias)
         self.mlp = MLP(config.dim, dropout=config.dropout, bias=config.bias)
 
-    def forward(self, x: torch.Tensor, position_ids: torch.Tensor, *, cache: KVCache | None, layer: int, document_ids: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        position_ids: torch.Tensor,
+        *,
+        cache: KVCache | None,
+        layer: int,
+        document_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         x = x + self.attn(self.ln1(x), position_ids, cache=cache, layer=layer, document_ids=document_ids)
         return x + self.mlp(self.ln2(x))
 
@@ -154,7 +84,9 @@ def document_positions(doc: torch.Tensor) -> torch.Tensor:
     t = torch.arange(doc.shape[1], device=doc.device).expand_as(doc)  # (B,T)
     starts = torch.ones_like(doc, dtype=torch.bool)
     starts[:, 1:] = doc[:, 1:] != doc[:, :-1]
-    return t - torch.where(starts, t, torch.zeros_like(t)).cummax(dim=1).values  # minus the start of the token's document
+    return (
+        t - torch.where(starts, t, torch.zeros_like(t)).cummax(dim=1).values
+    )  # minus the start of the token's document
 
 
 class GPT(nn.Module):
@@ -178,12 +110,20 @@ class GPT(nn.Module):
         c = config
         self.embed = InputEmbedding(c.vocab_size, c.dim, c.context_length, dropout=c.dropout, positional=c.positional)
         options = dict(
-            n_heads=c.n_heads, head_dim=c.head_dim, rope_base=c.rope_base, rope_scaling=c.rope_scaling, rope_factor=c.rope_factor,
-            t5_num_buckets=c.t5_num_buckets, t5_max_distance=c.t5_max_distance, shaw_max_distance=c.shaw_max_distance,
+            n_heads=c.n_heads,
+            head_dim=c.head_dim,
+            rope_base=c.rope_base,
+            rope_scaling=c.rope_scaling,
+            rope_factor=c.rope_factor,
+            t5_num_buckets=c.t5_num_buckets,
+            t5_max_distance=c.t5_max_distance,
+            shaw_max_distance=c.shaw_max_distance,
         )
         if positional_scheme(c.positional).per_layer:  # Shaw: each layer its own tables
             self.positional = None
-            self.blocks = nn.ModuleList(Block(c, attention_positional(c.positional, **options)) for _ in range(c.n_layers))
+            self.blocks = nn.ModuleList(
+                Block(c, attention_positional(c.positional, **options)) for _ in range(c.n_layers)
+            )
         else:  # one module for all layers (T5's table is shared, as in T5), stored once as `positional.*`
             self.positional = attention_positional(c.positional, **options)
             self.blocks = nn.ModuleList(Block(c, self.positional, shared_positional=True) for _ in range(c.n_layers))
@@ -214,7 +154,14 @@ class GPT(nn.Module):
         """Trainable parameters, counting a tied table once."""
         return sum(p.numel() for p in self.parameters())  # parameters() yields a shared tensor once
 
-    def hidden(self, ids: torch.Tensor, *, position_ids: torch.Tensor | None = None, offset: int = 0, cache: KVCache | None = None) -> torch.Tensor:
+    def hidden(
+        self,
+        ids: torch.Tensor,
+        *,
+        position_ids: torch.Tensor | None = None,
+        offset: int = 0,
+        cache: KVCache | None = None,
+    ) -> torch.Tensor:
         """The final (normalised) hidden states: ids (B, T) -> (B, T, D). Arguments as ``forward``."""
         if cache is not None and position_ids is None and offset == 0:
             offset = cache.length
@@ -229,14 +176,23 @@ class GPT(nn.Module):
                 doc = document_ids(ids, self.config.eot_token)  # (B,T)
                 if position_ids is None:
                     position_ids = document_positions(doc)  # (B,T): positions restart with each document
-        x, position_ids = self.embed(ids, position_ids=position_ids, offset=offset, return_positions=True)  # (B,T,D), (T,)|(B,T)
+        x, position_ids = self.embed(
+            ids, position_ids=position_ids, offset=offset, return_positions=True
+        )  # (B,T,D), (T,)|(B,T)
         for i, block in enumerate(self.blocks):
             x = block(x, position_ids, cache=cache, layer=i, document_ids=doc)
         if cache is not None:
             cache.length += ids.shape[1]
         return self.norm(x)  # (B,T,D)
 
-    def forward(self, ids: torch.Tensor, *, position_ids: torch.Tensor | None = None, offset: int = 0, cache: KVCache | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        ids: torch.Tensor,
+        *,
+        position_ids: torch.Tensor | None = None,
+        offset: int = 0,
+        cache: KVCache | None = None,
+    ) -> torch.Tensor:
         """Next-token logits.
 
         Args:
@@ -326,7 +282,9 @@ class GPT(nn.Module):
             self.train(was_training)
 
 
-def _sample(logits: torch.Tensor, temperature: float, top_k: int | None, generator: torch.Generator | None) -> torch.Tensor:
+def _sample(
+    logits: torch.Tensor, temperature: float, top_k: int | None, generator: torch.Generator | None
+) -> torch.Tensor:
     """(B, V) logits -> (B, 1) ids."""
     if temperature == 0:
         return logits.argmax(dim=-1, keepdim=True)

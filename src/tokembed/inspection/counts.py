@@ -1,0 +1,57 @@
+"""How often each token id occurs in a corpus: the frequencies inspection ranks and marks tokens by."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from tokembed.inspection.table import resolve_tokenizer
+
+__all__ = ["token_counts"]
+
+
+def token_counts(corpus: str | Path, *, tokenizer="gpt2", vocab_size: int | None = None) -> torch.Tensor:
+    """(V,) how many times each token id occurs in a corpus.
+
+    Args:
+        corpus: a ``tokembed prepare`` shard folder (its ``train`` split is counted, no
+            re-tokenizing), a UTF-8 text file, or a folder whose ``*.txt`` files (recursively) are read.
+        tokenizer: the tokenizer the table was trained with (for text).
+        vocab_size: length of the result (default: the tokenizer's vocabulary).
+    """
+    enc = resolve_tokenizer(tokenizer)
+    path = Path(corpus)
+    V = vocab_size or (enc.n_vocab if enc is not None else None)
+    if V is None:
+        raise ValueError("token_counts needs a tokenizer or a vocab_size")
+    counts = torch.zeros(V, dtype=torch.int64)
+    if path.is_dir() and (path / "manifest.json").is_file():
+        from tokembed.shards.reader import open_shards
+
+        shards = open_shards(path, split="train")
+        for i in range(len(shards.shards)):
+            ids = torch.from_numpy(np.asarray(shards.tokens(i), dtype=np.int64))  # (n,) uint16/32 on disk
+            counts += torch.bincount(ids[ids < V], minlength=V)
+        return counts
+    if path.is_dir():
+        files = sorted(path.rglob("*.txt"))
+        if not files:
+            raise ValueError(
+                f"corpus folder {path} holds no *.txt files and no shard manifest; pass a text file, a folder of text files or a `tokembed prepare` folder"
+            )
+    elif path.is_file():
+        files = [path]
+    else:
+        raise FileNotFoundError(f"corpus {path} does not exist; pass the text the table was trained on")
+    if enc is None:
+        raise ValueError(f"counting the tokens of text needs the table's tokenizer; corpus {path} is text")
+    for f in files:
+        try:
+            text = f.read_text(encoding="utf-8")
+        except UnicodeDecodeError as e:
+            raise ValueError(f"corpus file {f} is not UTF-8 text ({e}); pass the text the table was trained on") from e
+        ids = torch.tensor(enc.encode(text, allowed_special=set(enc._special_tokens)), dtype=torch.int64)
+        counts += torch.bincount(ids[ids < V], minlength=V)
+    return counts

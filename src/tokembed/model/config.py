@@ -1,0 +1,110 @@
+"""TODO docstring."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from tokembed._checks import check_positive_int, check_probability, config_from_dict
+from tokembed.embeddings.registry import positional_scheme
+from tokembed.embeddings.rotary import ROPE_SCALINGS
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    """The shape of a GPT. Defaults: a tiny model that learns on a CPU in minutes.
+
+    Attributes:
+        vocab_size: token table rows (50,257: GPT-2's BPE).
+        context_length: the training context. The learned table has this many rows and the
+            model cannot read further; the other schemes can be run on longer sequences.
+        dim: model width D (GPT-2 small: 768).
+        n_layers: transformer blocks.
+        n_heads: attention heads; must divide ``dim``.
+        dropout: on embeddings, attention weights and residual branches.
+        positional: ``learned``, ``sinusoidal``, ``rope``, ``alibi``, ``t5``, ``shaw`` or ``none``.
+        tie_embeddings: share the token table with the output head (GPT-2 does).
+        bias: biases in the linear layers (GPT-2 has them).
+        rope_base, rope_scaling, rope_factor: RoPE's frequency base and long-context scaling
+            (None, ``"linear"`` position interpolation, ``"ntk"``) by ``rope_factor`` >= 1.
+        t5_num_buckets, t5_max_distance: T5's buckets (32 and 128 in T5).
+        shaw_max_distance: Shaw's clipping distance k (16 in the paper).
+        document_mask: keep packed documents apart. A window cut from the token stream often holds the
+            end of one document and the start of the next; with this, a token attends only to earlier
+            tokens of its own document, and positions restart at 0 after every ``<|endoftext|>``
+            (``eot_token``, which belongs to the document it ends). GPT-2 trained without it.
+        eot_token: the separator that ends a document (GPT-2's ``<|endoftext|>``, 50256).
+    """
+
+    vocab_size: int = 50257
+    context_length: int = 128
+    dim: int = 64
+    n_layers: int = 2
+    n_heads: int = 4
+    dropout: float = 0.0
+    positional: str = "learned"
+    tie_embeddings: bool = True
+    bias: bool = True
+    rope_base: float = 10000.0
+    rope_scaling: str | None = None
+    rope_factor: float = 1.0
+    t5_num_buckets: int = 32
+    t5_max_distance: int = 128
+    shaw_max_distance: int = 16
+    document_mask: bool = False
+    eot_token: int = 50256
+
+    def __post_init__(self) -> None:
+        for name in (
+            "vocab_size",
+            "context_length",
+            "dim",
+            "n_layers",
+            "n_heads",
+            "t5_num_buckets",
+            "t5_max_distance",
+            "shaw_max_distance",
+        ):
+            check_positive_int(name, getattr(self, name))
+        check_probability("dropout", self.dropout)
+        positional_scheme(self.positional)
+        if self.dim % self.n_heads:
+            raise ValueError(
+                f"n_heads={self.n_heads} does not divide dim={self.dim}; choose n_heads among the divisors of dim or change dim"
+            )
+        head_dim = self.dim // self.n_heads
+        if self.positional == "rope" and head_dim % 2:
+            raise ValueError(
+                f"rope needs an even head width, got dim/n_heads = {self.dim}/{self.n_heads} = {head_dim}; change dim or n_heads"
+            )
+        if self.positional == "sinusoidal" and self.dim % 2:
+            raise ValueError(f"sinusoidal positions need an even dim, got {self.dim}")
+        if self.rope_scaling is not None and self.rope_scaling not in ROPE_SCALINGS:
+            raise ValueError(f"rope_scaling must be None, 'linear' or 'ntk', got {self.rope_scaling!r}")
+        if not isinstance(self.rope_factor, (int, float)) or self.rope_factor < 1:
+            raise ValueError(f"rope_factor must be >= 1, got {self.rope_factor!r}")
+        if (
+            not isinstance(self.tie_embeddings, bool)
+            or not isinstance(self.bias, bool)
+            or not isinstance(self.document_mask, bool)
+        ):
+            raise TypeError(
+                f"tie_embeddings, bias and document_mask must be True or False, got {self.tie_embeddings!r}, {self.bias!r} and {self.document_mask!r}"
+            )
+        if isinstance(self.eot_token, bool) or not isinstance(self.eot_token, int):
+            raise TypeError(f"eot_token must be an integer token id, got {self.eot_token!r}")
+        if self.document_mask and not 0 <= self.eot_token < self.vocab_size:
+            raise ValueError(
+                f"eot_token {self.eot_token} is outside the vocabulary (size {self.vocab_size}); document_mask needs the id that ends documents"
+            )
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.n_heads
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> GPTConfig:
+        """Build from a dict (e.g. a checkpoint's ``config.json``), naming unknown keys."""
+        return config_from_dict(cls, d)

@@ -1,0 +1,152 @@
+"""`tokembed check`: find every damaged, missing or stray file of a shard folder, and say where."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tokembed._atomic import is_temp_file
+from tokembed.shards.format import INDEX_DTYPE, ShardInfo, read_manifest, sha256_file
+
+__all__ = ["check_shards", "check_split", "shard_file_problems"]
+
+
+def shard_file_problems(root: Path, s: ShardInfo, itemsize: int) -> list[str]:
+    problems = []
+    for rel, expected in ((s.tokens, s.n_tokens * itemsize), (s.index, s.n_documents * INDEX_DTYPE.itemsize)):
+        p = root / rel
+        if not p.is_file():
+            problems.append(f"{rel} is missing")
+        elif p.stat().st_size != expected:
+            problems.append(f"{rel} has {p.stat().st_size} bytes, expected {expected}")
+    if s.bytes != s.n_tokens * itemsize:
+        problems.append(f"{s.tokens}: manifest says {s.bytes} bytes for {s.n_tokens} tokens of {itemsize} bytes")
+    return problems
+
+
+def check_split(root: Path, manifest: dict[str, Any], split: str, *, full: bool) -> list[str]:
+    problems: list[str] = []
+    entry = manifest["splits"][split]
+    dtype = np.dtype("<u2") if manifest["dtype"] == "uint16" else np.dtype("<u4")
+    n_vocab = int(manifest["tokenizer"].get("n_vocab", np.iinfo(dtype).max + 1))
+    eot = manifest["tokenizer"].get("eot_token")
+    try:
+        shards = [ShardInfo.from_dict(d) for d in entry["shards"]]
+    except (ValueError, TypeError, KeyError) as e:
+        return [f"split {split!r}: bad shard list ({e})"]
+    if sum(s.n_tokens for s in shards) != entry.get("tokens"):
+        problems.append(
+            f"split {split!r}: manifest total of {entry.get('tokens')} tokens differs from the sum over its shards ({sum(s.n_tokens for s in shards)})"
+        )
+    if sum(s.n_documents for s in shards) != entry.get("documents"):
+        problems.append(
+            f"split {split!r}: manifest total of {entry.get('documents')} documents differs from the sum over its shards ({sum(s.n_documents for s in shards)})"
+        )
+    previous_ends: bool | None = True  # the stream starts at a document start; None: unknown (damaged shard)
+    for s in shards:
+        file_problems = shard_file_problems(root, s, dtype.itemsize)
+        problems += file_problems
+        if file_problems or not full:
+            previous_ends = None
+            continue
+        bad_sum = False
+        if sha256_file(root / s.tokens) != s.sha256:
+            problems.append(f"{s.tokens}: sha256 mismatch (the token file was modified or damaged)")
+            bad_sum = True
+        if sha256_file(root / s.index) != s.index_sha256:
+            problems.append(f"{s.index}: sha256 mismatch (the document index was modified or damaged)")
+            bad_sum = True
+        if bad_sum:
+            previous_ends = None
+            continue
+        # Checksums match: the content is what prepare wrote; still check it is a valid shard.
+        idx = np.fromfile(root / s.index, dtype=INDEX_DTYPE)
+        toks = np.memmap(root / s.tokens, dtype=dtype, mode="r") if s.n_tokens else np.zeros(0, dtype)
+        if len(idx) and (idx[0] < 0 or np.any(np.diff(idx) < 1) or idx[-1] >= s.n_tokens):
+            problems.append(
+                f"{s.index}: document starts are not strictly increasing within the shard's {s.n_tokens} tokens"
+            )
+            previous_ends = None
+            continue
+        if s.n_tokens and eot is not None:
+            # <|endoftext|> ends every document and appears nowhere else (documents are encoded as
+            # ordinary text): it sits just before each listed start, and last if the shard ends a document.
+            ends_document = bool(toks[-1] == eot)
+            expected = np.append(idx[idx > 0] - 1, [s.n_tokens - 1] if ends_document else [])
+            if not np.array_equal(np.flatnonzero(toks == eot), expected):
+                problems.append(
+                    f"{s.tokens}: its <|endoftext|> tokens ({eot}) are not exactly where the index says documents end"
+                )
+            starts_document = bool(len(idx) and idx[0] == 0)
+            if previous_ends is not None and previous_ends != starts_document:
+                if starts_document:
+                    why = "starts a document, but the shard before it ends inside one (is a shard missing?)"
+                elif s is shards[0]:
+                    why = "is the split's first shard but begins inside a document (is a shard missing?)"
+                else:
+                    why = "begins inside a document, but the shard before it ends with <|endoftext|> (is a shard missing?)"
+                problems.append(f"{s.tokens}: {why}")
+            previous_ends = ends_document
+        if s.n_tokens and int(toks.max()) >= n_vocab:
+            problems.append(f"{s.tokens}: token id {int(toks.max())} is outside the vocabulary (size {n_vocab})")
+        del toks
+    if full and previous_ends is False and not problems:
+        problems.append(
+            f"split {split!r}: its last shard ends inside a document (no <|endoftext|>); a shard is missing at the end"
+        )
+    return problems
+
+
+def check_shards(root: str | os.PathLike) -> list[str]:
+    """Verify a shard folder: structure, counts, sizes, checksums and document boundaries.
+
+    Returns:
+        One line per problem, naming the damaged or missing file; empty when the folder is healthy.
+        A single flipped byte in any token or index file is found (sha256).
+    """
+    root = Path(root)
+    try:
+        manifest = read_manifest(root)
+    except (FileNotFoundError, NotADirectoryError, ValueError) as e:
+        return [str(e)]
+    problems: list[str] = []
+    tok = manifest["tokenizer"]
+    try:
+        from tokembed.tokenizer import get_tokenizer, tokenizer_hash
+
+        enc = get_tokenizer(tok.get("name"))
+    except (ValueError, FileNotFoundError):
+        enc = None  # a tokenizer this machine cannot build: its hash cannot be compared
+    if enc is not None and tok.get("hash") != tokenizer_hash(enc):
+        problems.append(
+            f"manifest: tokenizer hash {tok.get('hash')!r} differs from the installed {tok.get('name')!r} tokenizer's {tokenizer_hash(enc)!r}"
+        )
+    if not isinstance(manifest["splits"], dict):
+        return problems + ["manifest: 'splits' is not an object"]
+    listed: set[str] = set()
+    for split in manifest["splits"]:
+        problems += check_split(root, manifest, split, full=True)
+        for d in manifest["splits"][split].get("shards", []):
+            listed.update((d.get("tokens"), d.get("index")))
+    inputs = manifest.get("inputs") or []
+    if inputs and all(isinstance(f, dict) and "documents" in f and "tokens" in f for f in inputs):
+        # Per-input counts (tokens without separators) must add up to the splits (one separator per document).
+        docs = sum(s.get("documents", 0) for s in manifest["splits"].values())
+        toks = sum(s.get("tokens", 0) for s in manifest["splits"].values())
+        in_docs = sum(f["documents"] for f in inputs)
+        in_toks = sum(f["tokens"] for f in inputs)
+        if in_docs != docs or in_toks + in_docs != toks:
+            problems.append(
+                f"manifest: the inputs count {in_docs} documents and {in_toks} tokens, the splits {docs} documents and {toks} tokens with separators"
+            )
+    for split in manifest["splits"]:
+        folder = root / split
+        if folder.is_dir():
+            for p in sorted(folder.iterdir()):
+                rel = f"{split}/{p.name}"
+                if rel not in listed and not is_temp_file(p.name):
+                    problems.append(f"{rel}: not listed in the manifest (a stray file from another run?)")
+    return problems

@@ -1,0 +1,257 @@
+"""The state of a shard folder between runs: what a run is, what is finished, what may be removed.
+
+``DIR/.parts/plan.json`` records the run (tokenizer, options, inputs); ``DIR/.parts/NNNNN.json`` records a
+finished unit (input hash, shard entries); ``manifest.json`` is assembled from the records at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tokembed._atomic import atomic_write, atomic_write_json, is_temp_file
+from tokembed.shards.config import PrepareConfig
+from tokembed.shards.format import FORMAT, INDEX_DTYPE, MANIFEST, VERSION, ShardInfo, dtype_for_vocab, sha256_file
+from tokembed.shards.sources import InputFile
+from tokembed.shards.units import FILE_STATS, SPLITS
+
+__all__ = [
+    "PARTS",
+    "assemble_manifest",
+    "load_record",
+    "prepare_folder",
+    "rank_manifest_name",
+    "record_ok",
+    "remove_leftovers",
+    "remove_units_past",
+    "run_identity",
+    "tokenizer_entry",
+    "unit_number",
+    "write_unit",
+]
+
+PARTS = ".parts"  # the unfinished run's plan and finished-unit records
+
+
+def tokenizer_entry(name: str) -> tuple[dict[str, Any], np.dtype]:
+    from tokembed.tokenizer import get_tokenizer, tokenizer_hash
+
+    enc = get_tokenizer(name)
+    dtype = dtype_for_vocab(enc.n_vocab)
+    return {"name": enc.name, "n_vocab": enc.n_vocab, "eot_token": enc.eot_token, "hash": tokenizer_hash(enc)}, dtype
+
+
+def run_identity(
+    config: PrepareConfig, files: Sequence[InputFile], tok: dict[str, Any], dtype: np.dtype
+) -> dict[str, Any]:
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "tokenizer": tok,
+        "dtype": dtype.name,
+        "config": config.to_dict(),
+        "inputs": [f.identity() for f in files],
+    }
+
+
+def same_identity(existing: dict[str, Any], identity: dict[str, Any]) -> list[str]:
+    diffs = []
+    for key in ("format", "version", "tokenizer", "dtype", "config"):
+        if existing.get(key) != identity[key]:
+            diffs.append(key)
+    old = [{k: f.get(k) for k in ("path", "format", "compressed", "bytes")} for f in existing.get("inputs", [])]
+    if old != identity["inputs"]:
+        diffs.append("inputs")
+    return diffs
+
+
+def rank_manifest_name(rank: int, world_size: int) -> str:
+    return f"manifest.rank-{rank:05d}-of-{world_size:05d}.json"
+
+
+def _ours(name: str) -> bool:
+    return (
+        name in (MANIFEST, PARTS, *SPLITS)
+        or (name.startswith("manifest.rank-") and name.endswith(".json"))
+        or is_temp_file(name)
+    )
+
+
+def _clear(out: Path) -> None:
+    for p in out.iterdir():
+        if _ours(p.name):
+            shutil.rmtree(p) if p.is_dir() else p.unlink()
+
+
+def unit_number(name: str) -> int | None:
+    """The unit a shard file or record belongs to (``00012.bin`` -> 12); None for other files."""
+    stem = name.split(".")[0]
+    return int(stem) if len(stem) == 5 and stem.isdigit() else None
+
+
+def remove_leftovers(out: Path, rank: int = 0, world_size: int = 1) -> None:
+    """Delete temporary files of an interrupted run (never complete, never trusted).
+
+    With several ranks sharing the folder, only this rank's units are touched: another rank may be
+    writing its own temporary files right now.
+    """
+    for folder in (out, *(out / s for s in SPLITS), out / PARTS):
+        if not folder.is_dir():
+            continue
+        for p in folder.iterdir():
+            if not is_temp_file(p.name):
+                continue
+            uid = unit_number(p.name[1 : p.name.index(".tmp-")])
+            if (uid % world_size == rank) if uid is not None else world_size == 1:
+                p.unlink(missing_ok=True)
+
+
+def prepare_folder(out: Path, identity: dict[str, Any], *, overwrite: bool, rank: int, world_size: int) -> bool:
+    """Check ``out`` against this run. Returns True when the work is already complete."""
+    if out.exists() and not out.is_dir():
+        raise FileExistsError(f"output {out} is a file; give a folder path for the shards")
+    out.mkdir(parents=True, exist_ok=True)
+    entries = sorted(p.name for p in out.iterdir())
+    foreign = [n for n in entries if not _ours(n)]
+    if foreign:
+        raise FileExistsError(
+            f"output folder {out} holds files that are not tokembed shards ({', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}); "
+            "choose an empty or new folder (--overwrite only replaces shard folders)"
+        )
+    sources = [(out / MANIFEST, "finished shards"), (out / PARTS / "plan.json", "an unfinished run")]
+    sources += [(out / n, "a rank's shards") for n in entries if n.startswith("manifest.rank-")]
+    for path, what in sources:
+        if not path.is_file():
+            continue
+        try:
+            existing = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            existing = {}
+        diffs = same_identity(existing, identity)
+        if diffs:
+            if overwrite:
+                _clear(out)
+                return False
+            raise FileExistsError(
+                f"{out} holds {what} made with different {' and '.join(diffs)}; "
+                "use another --out folder, rerun with the original inputs and options, or pass --overwrite to replace it"
+            )
+    if (out / MANIFEST).is_file():
+        if overwrite:
+            _clear(out)
+            return False
+        return True
+    if world_size > 1 and (out / rank_manifest_name(rank, world_size)).is_file() and not overwrite:
+        return True
+    planless = (
+        entries
+        and not (out / PARTS / "plan.json").is_file()
+        and not any(n.startswith("manifest.rank-") for n in entries)
+    )
+    has_shards = any((out / s).is_dir() and any((out / s).iterdir()) for s in SPLITS)
+    if planless and not overwrite and has_shards:  # shard files without any plan: nothing to resume safely
+        raise FileExistsError(f"{out} holds shard files but no manifest or plan; pass --overwrite to replace them")
+    if overwrite and not (out / PARTS / "plan.json").is_file():
+        _clear(out)
+    return False
+
+
+def record_ok(out: Path, record: dict[str, Any], input_hash: str) -> bool:
+    """Whether a unit's record matches its input now and its shard files verify (sha256)."""
+    if record.get("input_hash") != input_hash:
+        return False
+    for info in record["splits"].values():
+        s = ShardInfo.from_dict(info)
+        for rel, size, digest in (
+            (s.tokens, s.bytes, s.sha256),
+            (s.index, s.n_documents * INDEX_DTYPE.itemsize, s.index_sha256),
+        ):
+            p = out / rel
+            if not p.is_file() or p.stat().st_size != size or sha256_file(p) != digest:
+                return False
+    return True
+
+
+def load_record(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None  # absent or unreadable: the unit is simply done again
+
+
+def write_unit(out: Path, result: dict[str, Any], dtype: np.dtype) -> dict[str, Any]:
+    uid = result["unit"]
+    record: dict[str, Any] = {
+        "unit": uid,
+        "input_hash": result["input_hash"],
+        "splits": {},
+        "stats": {str(k): v for k, v in sorted(result["stats"].items())},
+    }
+    for split, r in result["splits"].items():
+        tokens_rel, index_rel = f"{split}/{uid:05d}.bin", f"{split}/{uid:05d}.idx"
+        atomic_write(out / tokens_rel, r["tokens"])
+        atomic_write(out / index_rel, r["index"])
+        record["splits"][split] = ShardInfo(
+            tokens=tokens_rel,
+            index=index_rel,
+            n_tokens=len(r["tokens"]),
+            n_documents=len(r["index"]),
+            bytes=len(r["tokens"]) * dtype.itemsize,
+            sha256=r["sha256"],
+            index_sha256=r["index_sha256"],
+        ).to_dict()
+    remove_unit_files(out, uid, keep=record["splits"])  # an earlier run on other input may have filled another split
+    atomic_write_json(out / PARTS / f"{uid:05d}.json", record)  # last: the unit counts as done from here on
+    return record
+
+
+def remove_unit_files(out: Path, uid: int, *, keep=(), record: bool = False) -> None:
+    """Delete unit ``uid``'s shard files in the splits not in ``keep`` (and its record with ``record``)."""
+    for split in SPLITS:
+        if split not in keep:
+            for suffix in (".bin", ".idx"):
+                (out / split / f"{uid:05d}{suffix}").unlink(missing_ok=True)
+    if record:
+        (out / PARTS / f"{uid:05d}.json").unlink(missing_ok=True)
+
+
+def remove_units_past(out: Path, n_units: int, rank: int, world_size: int) -> None:
+    """Delete this rank's shard files and records numbered ``n_units`` or more: left by an interrupted run
+    on input that has changed since and now makes fewer units."""
+    stale = set()
+    for folder in (*(out / s for s in SPLITS), out / PARTS):
+        if folder.is_dir():
+            for p in folder.iterdir():
+                uid = unit_number(p.name)
+                if uid is not None and uid >= n_units and uid % world_size == rank:
+                    stale.add(uid)
+    for uid in stale:
+        remove_unit_files(out, uid, record=True)
+
+
+def assemble_manifest(identity: dict[str, Any], records: list[dict[str, Any]], n_units: int) -> dict[str, Any]:
+    records = sorted(records, key=lambda r: r["unit"])
+    if [r["unit"] for r in records] != list(range(n_units)):
+        missing = sorted(set(range(n_units)) - {r["unit"] for r in records})
+        raise ValueError(
+            f"units {missing[:10]} of {n_units} are not finished; run the missing ranks (or rerun prepare) first"
+        )
+    splits: dict[str, Any] = {}
+    for s in SPLITS:
+        shards = [r["splits"][s] for r in records if s in r["splits"]]
+        splits[s] = {
+            "tokens": sum(x["n_tokens"] for x in shards),
+            "documents": sum(x["n_documents"] for x in shards),
+            "shards": shards,
+        }
+    inputs = [{**f, **dict.fromkeys(FILE_STATS, 0)} for f in identity["inputs"]]
+    for r in records:
+        for i, st in r["stats"].items():
+            for k, v in st.items():
+                inputs[int(i)][k] += v
+    return {**identity, "inputs": inputs, "units": n_units, "splits": splits}

@@ -1,0 +1,361 @@
+"""Text corpora on disk -> token shards on disk: parallel, streaming, crash-safe, resumable.
+
+The plan is fixed before any tokenizing, so the output never depends on the engine or worker count:
+
+1. The inputs are listed in sorted order (`tokembed.shards.sources.resolve_inputs`): one stream of documents
+   (a whole text file, or one JSON line).
+2. The stream is cut into **work units** of at least ``shard_mb`` MB of input, each ending at the end of a
+   JSON line or a text document (`tokembed.shards.sources.plan_units`). A text document larger than a unit is cut
+   into pieces at pre-tokenizer-safe points, so it spans several units and shards and is never held
+   whole. Unit ``k`` becomes shard ``k`` of each split (``train/0000k.bin`` and ``.idx``; a split that
+   gets nothing from a unit gets no file). The planner reads plain files only around the cut points.
+3. Each unit is tokenized in parts of about 1 MiB (`tokembed.shards.units`, cut the same safe way) by a pool of
+   worker processes (or Ray tasks), which read their byte spans, hash them, decode, parse, tokenize with
+   ``encode_ordinary`` (a literal ``<|endoftext|>`` inside a document stays text) and return numpy
+   arrays. The main process joins a unit's parts in order, writes its shards atomically (temporary name,
+   fsync, rename) with their sha256, then a small record of the finished unit in ``DIR/.parts/``.
+4. When every unit is done, ``manifest.json`` is written (atomically, last) and ``.parts`` removed.
+
+Resuming a killed run plans again, skips every unit whose record exists, whose input bytes hash to the
+recorded value and whose files verify, and tokenizes the rest: the finished folder is byte-identical to an
+uninterrupted run. Memory stays bounded by about ``shard_mb`` times the units in flight (``2 * workers``),
+whatever the corpus size and however large its documents.
+
+With ``rank``/``world_size`` each machine tokenizes the units ``k`` with ``k % world_size == rank`` into
+the same (shared) folder and writes ``manifest.rank-R-of-N.json``; `merge_manifests` then writes the final
+manifest (``tokembed merge DIR``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tokembed._atomic import atomic_write_json
+from tokembed._checks import check_int
+from tokembed.shards.config import PrepareConfig
+from tokembed.shards.engines import ENGINES, make_engine
+from tokembed.shards.folder import (
+    PARTS,
+    assemble_manifest,
+    load_record,
+    prepare_folder,
+    rank_manifest_name,
+    record_ok,
+    remove_leftovers,
+    remove_units_past,
+    run_identity,
+    tokenizer_entry,
+    write_unit,
+)
+from tokembed.shards.format import MANIFEST, ShardInfo
+from tokembed.shards.progress import Progress
+from tokembed.shards.sources import InputFile, resolve_inputs
+from tokembed.shards.units import Unit, iter_units, join_parts, trim_heap, unit_input_hash, unit_parts
+
+__all__ = ["PrepareConfig", "PrepareResult", "merge_manifests", "prepare_corpus"]
+
+
+@dataclass
+class PrepareResult:
+    """What `prepare_corpus` did.
+
+    Attributes:
+        out: the shard folder.
+        manifest: the final manifest (``None`` for a rank of a multi-machine run, which writes a partial one).
+        units: work units in the plan.
+        units_done: units tokenized by this call.
+        units_skipped: units found finished (resume) or owned by other ranks.
+        already_done: the folder was already complete; nothing was done.
+        seconds: wall time of this call.
+        tokens_done: tokens produced by this call.
+        input_bytes: input bytes read.
+    """
+
+    out: Path
+    manifest: dict[str, Any] | None
+    units: int
+    units_done: int = 0
+    units_skipped: int = 0
+    already_done: bool = False
+    seconds: float = 0.0
+    tokens_done: int = 0
+    input_bytes: int = 0
+    inputs: list[dict[str, Any]] = field(default_factory=list)
+
+    def summary(self) -> str:
+        if self.already_done:
+            return f"{self.out} is already prepared with these inputs and settings: nothing to do"
+        lines = []
+        if self.manifest is not None:
+            for split, s in self.manifest["splits"].items():
+                lines.append(
+                    f"{split}: {s['documents']:,} documents, {s['tokens']:,} tokens in {len(s['shards'])} shards"
+                )
+            labels = {
+                "empty": "empty documents skipped",
+                "bad_lines": "bad JSON lines skipped",
+                "replaced": "invalid UTF-8 sequences replaced",
+            }
+            for key, label in labels.items():
+                per_file = [(f["path"], f[key]) for f in self.manifest["inputs"] if f[key]]
+                if per_file:
+                    worst = ", ".join(f"{p}: {n:,}" for p, n in sorted(per_file, key=lambda x: -x[1])[:3])
+                    lines.append(
+                        f"{sum(n for _, n in per_file):,} {label} ({worst}{', ...' if len(per_file) > 3 else ''})"
+                    )
+        rate = self.tokens_done / self.seconds if self.seconds > 0 else 0.0
+        lines.append(
+            f"{self.units_done} of {self.units} units tokenized this run ({self.units_skipped} skipped), "
+            f"{self.tokens_done:,} tokens in {self.seconds:.1f} s ({rate:,.0f} tokens/s) -> {self.out}"
+        )
+        return "\n".join(lines)
+
+
+def prepare_corpus(
+    inputs: Sequence[str | os.PathLike] | str | os.PathLike,
+    out: str | os.PathLike,
+    *,
+    config: PrepareConfig | None = None,
+    workers: int = 0,
+    engine: str = "local",
+    ray_address: str | None = None,
+    rank: int = 0,
+    world_size: int = 1,
+    overwrite: bool = False,
+    progress: bool | None = None,
+    **options: Any,
+) -> PrepareResult:
+    """Tokenize a corpus into a verified shard folder (see the module docstring for the plan).
+
+    Args:
+        inputs: files, folders, globs, or ``"-"`` (standard input).
+        out: the shard folder to create or resume.
+        config: the output-deciding options (`PrepareConfig`); or pass them as keywords
+            (``val_fraction=0.01, field="content", ...``).
+        workers: tokenizing processes; 0 = all cores (``os.cpu_count()``); 1 = in this process.
+        engine: ``"local"`` (a process pool) or ``"ray"`` (Ray tasks; same bytes).
+        ray_address: Ray cluster address for ``engine="ray"`` (default: the running or a new local Ray).
+        rank: this machine's rank in ``[0, world_size)``.
+        world_size: number of machines sharing the units; with more than one, each writes
+            ``manifest.rank-R-of-N.json`` and `merge_manifests` finishes the folder.
+        overwrite: replace a shard folder made from other inputs or options.
+        progress: show a progress bar (default: when stderr is a terminal).
+
+    Returns:
+        A `PrepareResult` (its ``manifest`` is the finished folder's manifest).
+
+    Raises:
+        ValueError: bad options, bad input (invalid JSON, missing field, invalid UTF-8 with ``strict``).
+        FileNotFoundError / PermissionError: missing or unreadable inputs.
+        FileExistsError: ``out`` is a file, or holds other shards or foreign files.
+    """
+    t0 = time.perf_counter()
+    config = _resolve_config(config, options)
+    _check_run_options(engine=engine, workers=workers, rank=rank, world_size=world_size, overwrite=overwrite)
+    out = Path(out)
+    files = resolve_inputs(inputs, format=config.format)
+    tok, dtype = tokenizer_entry(config.tokenizer)
+    identity = run_identity(config, files, tok, dtype)
+    if prepare_folder(out, identity, overwrite=overwrite, rank=rank, world_size=world_size):
+        return _already_done(out, rank, world_size, t0)
+    remove_leftovers(out, rank, world_size)
+    atomic_write_json(out / PARTS / "plan.json", identity)
+    eng = make_engine(engine, workers=workers or os.cpu_count() or 1, config=config, ray_address=ray_address)
+    run = _Run(out, config, dtype, eng, Progress.start(files, progress), rank=rank, world_size=world_size)
+    run.tokenize(files, carry=engine == "ray")  # Ray workers may not see the files: the driver ships the bytes
+    result = run.result
+    result.inputs = identity["inputs"]
+    remove_units_past(out, result.units, rank, world_size)
+    if world_size == 1:
+        result.manifest = _write_manifest(out, identity, run.records, result.units)
+    else:
+        partial = {**identity, "rank": rank, "world_size": world_size, "units": result.units}
+        partial["records"] = sorted(run.records, key=lambda r: r["unit"])
+        atomic_write_json(out / rank_manifest_name(rank, world_size), partial)
+    result.seconds = time.perf_counter() - t0
+    return result
+
+
+def _resolve_config(config: PrepareConfig | None, options: dict[str, Any]) -> PrepareConfig:
+    if config is None:
+        return PrepareConfig(**options)
+    if options:
+        raise TypeError(f"pass either config or options, not both (got {', '.join(options)})")
+    return config
+
+
+def _check_run_options(*, engine: str, workers: int, rank: int, world_size: int, overwrite: bool) -> None:
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    check_int("workers", workers, min=0, noun="an integer", hint="0 = all cores")
+    check_int("world_size", world_size, min=1)
+    if not 0 <= check_int("rank", rank) < world_size:
+        raise ValueError(f"rank must be in [0, {world_size}) for world_size {world_size}, got {rank!r}")
+    if overwrite and world_size > 1:
+        raise ValueError(
+            "--overwrite cannot be combined with --world-size > 1 (one rank would delete the others' work); "
+            "empty the folder once before starting the ranks"
+        )
+
+
+def _already_done(out: Path, rank: int, world_size: int, t0: float) -> PrepareResult:
+    remove_leftovers(out, rank, world_size)
+    manifest = None
+    if (out / MANIFEST).is_file():
+        shutil.rmtree(out / PARTS, ignore_errors=True)  # left by a run killed after its manifest
+        manifest = json.loads((out / MANIFEST).read_text())
+    n = manifest["units"] if manifest else 0
+    return PrepareResult(out, manifest, n, units_skipped=n, already_done=True, seconds=time.perf_counter() - t0)
+
+
+def _write_manifest(out: Path, identity: dict[str, Any], records: list[dict[str, Any]], n_units: int) -> dict[str, Any]:
+    manifest = assemble_manifest(identity, records, n_units)
+    atomic_write_json(out / MANIFEST, manifest)
+    shutil.rmtree(out / PARTS, ignore_errors=True)
+    for p in out.glob("manifest.rank-*.json"):
+        p.unlink(missing_ok=True)
+    return manifest
+
+
+class _Run:
+    """One call's tokenizing: units in plan order, their parts in flight on an engine, finished units on disk.
+
+    Attributes:
+        records: the finished units' records (done now or found done), in completion order.
+        result: the counts so far.
+    """
+
+    def __init__(
+        self,
+        out: Path,
+        config: PrepareConfig,
+        dtype: np.dtype,
+        engine,
+        progress: Progress,
+        *,
+        rank: int,
+        world_size: int,
+    ):
+        self.out, self.config, self.dtype, self.engine, self.progress = out, config, dtype, engine, progress
+        self.rank, self.world_size = rank, world_size
+        self.records: list[dict[str, Any]] = []
+        self.result = PrepareResult(out, None, 0)
+        self.pending: list[tuple[Any, int]] = []  # (future, unit id) of the parts in flight
+        self.waiting: dict[int, list] = {}  # unit id -> its parts' results in order (None until done)
+        self.disk_bytes: dict[int, int] = {}  # unit id -> input bytes read from disk for it
+
+    def tokenize(self, files: Sequence[InputFile], *, carry: bool) -> None:
+        """Tokenize every unit of the plan this rank owns and has not finished; write each when complete."""
+        names = [f.path for f in files]
+        cancel = True
+        try:
+            for unit in iter_units(files, self.config, carry=carry):
+                self.result.units += 1
+                self.result.input_bytes += sum(len(sp) for sp in unit.spans)
+                self._submit_unit(unit, {sp.file: names[sp.file] for sp in unit.spans})
+            while self.pending:
+                self._finish_one()
+            cancel = False
+        finally:
+            self.engine.close(cancel=cancel)
+            self.progress.close()
+
+    def _submit_unit(self, unit: Unit, names: dict[int, str]) -> None:
+        if unit.id % self.world_size != self.rank:  # another rank's
+            self._skip(unit)
+            return
+        parts = unit_parts(unit, self.config, names)
+        record = load_record(self.out / PARTS / f"{unit.id:05d}.json")
+        if record is not None and record_ok(self.out, record, unit_input_hash(parts, names)):
+            self.records.append(record)  # finished by an earlier run
+            self._skip(unit)
+            return
+        self.waiting[unit.id], self.disk_bytes[unit.id] = [None] * len(parts), unit.disk_bytes
+        for part in parts:
+            while len(self.pending) >= self.engine.capacity:
+                self._finish_one()
+            self.pending.append((self.engine.submit(part, self.config, names), unit.id))
+
+    def _skip(self, unit: Unit) -> None:
+        self.result.units_skipped += 1
+        self.progress.advance(unit.disk_bytes)
+
+    def _finish_one(self) -> None:
+        fut, uid = self.engine.wait_one(self.pending)
+        self.pending.remove((fut, uid))
+        res = fut.result()
+        parts = self.waiting[uid]
+        parts[res["part"]] = res
+        if any(r is None for r in parts):
+            return
+        del self.waiting[uid]
+        joined = join_parts(parts)
+        parts.clear()
+        self.records.append(write_unit(self.out, joined, self.dtype))
+        n_tok = sum(len(r["tokens"]) for r in joined["splits"].values())
+        n_docs = sum(st["documents"] for st in joined["stats"].values())
+        joined.clear()
+        trim_heap()
+        self.result.units_done += 1
+        self.result.tokens_done += n_tok
+        self.progress.advance(self.disk_bytes.pop(uid), documents=n_docs, tokens=n_tok)
+
+
+def merge_manifests(root: str | os.PathLike) -> dict[str, Any]:
+    """Finish a folder written by several ranks: check every rank's manifest and write ``manifest.json``.
+
+    The ranks' shard files must all be in ``root`` (a shared folder, or copied together with e.g. rsync).
+    The result is byte-identical to a single-machine run.
+
+    Raises:
+        FileNotFoundError: no rank manifests in ``root``.
+        ValueError: ranks of different runs, a missing rank, or missing/damaged shard files.
+    """
+    root = Path(root)
+    if (root / MANIFEST).is_file() and not any(root.glob("manifest.rank-*.json")):
+        return json.loads((root / MANIFEST).read_text())
+    paths = sorted(root.glob("manifest.rank-*-of-*.json"))
+    if not paths:
+        raise FileNotFoundError(
+            f"{root} holds no rank manifests (manifest.rank-R-of-N.json); run `tokembed prepare ... --rank R --world-size N --out {root}` on each machine first"
+        )
+    partials = [json.loads(p.read_text(encoding="utf-8")) for p in paths]
+    first = partials[0]
+    keys = ("format", "version", "tokenizer", "dtype", "config", "inputs", "world_size", "units")
+    for p, part in zip(paths, partials):
+        diffs = [k for k in keys if part.get(k) != first.get(k)]
+        if diffs:
+            raise ValueError(
+                f"{p.name} comes from a different run than {paths[0].name} (differs in {', '.join(diffs)}); remove the stale rank manifest and rerun that rank"
+            )
+    n = first["world_size"]
+    missing = sorted(set(range(n)) - {part["rank"] for part in partials})
+    if missing:
+        raise ValueError(
+            f"ranks {missing} of {n} have not finished (no manifest.rank-R-of-{n:05d}.json); run them, then merge again"
+        )
+    records = [r for part in partials for r in part["records"]]
+    for r in records:
+        for info in r["splits"].values():
+            s = ShardInfo.from_dict(info)
+            p = root / s.tokens
+            if not p.is_file() or p.stat().st_size != s.bytes or not (root / s.index).is_file():
+                raise ValueError(
+                    f"shard {s.tokens} of unit {r['unit']} is missing or incomplete in {root}; copy every rank's folder into it, then merge again"
+                )
+    identity = {k: first[k] for k in ("format", "version", "tokenizer", "dtype", "config", "inputs")}
+    manifest = assemble_manifest(identity, records, first["units"])
+    atomic_write_json(root / MANIFEST, manifest)
+    for p in paths:
+        p.unlink(missing_ok=True)
+    shutil.rmtree(root / PARTS, ignore_errors=True)
+    return manifest

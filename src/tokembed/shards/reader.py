@@ -1,0 +1,167 @@
+"""Reading a shard folder: one split seen as a single token stream, opened lazily.
+
+Readers keep only paths and metadata in picklable objects, so a `ShardSet` can cross process boundaries
+(DataLoader workers) without copying memory maps; each process maps the files it reads on first use.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tokembed.shards.check import check_split, shard_file_problems
+from tokembed.shards.format import CHECK_HINT, INDEX_DTYPE, ShardInfo, read_manifest
+
+__all__ = ["ShardSet", "open_shards"]
+
+
+class ShardSet:
+    """One split of a shard folder, seen as a single token stream.
+
+    Token files are memory-mapped on first use and cached per process; pickling a `ShardSet` keeps only
+    paths and metadata, so each DataLoader worker opens its own maps.
+
+    Attributes:
+        root: the shard folder.
+        split: ``"train"`` or ``"val"`` (any split the manifest lists).
+        dtype: token dtype (``<u2`` or ``<u4``).
+        manifest: the parsed ``manifest.json``.
+        shards: the split's `ShardInfo` list, in stream order.
+        n_tokens: total tokens of the split (separators included).
+        n_documents: total documents of the split.
+        cumulative: int64 array ``(n_shards + 1,)``; shard ``i`` holds global tokens
+            ``[cumulative[i], cumulative[i+1])``.
+    """
+
+    def __init__(self, root: Path, split: str, manifest: dict[str, Any], shards: list[ShardInfo]):
+        self.root = Path(root)
+        self.split = split
+        self.manifest = manifest
+        self.dtype = np.dtype("<u2") if manifest["dtype"] == "uint16" else np.dtype("<u4")
+        self.shards = shards
+        self.cumulative = np.zeros(len(shards) + 1, dtype=np.int64)  # (n_shards+1,)
+        np.cumsum([s.n_tokens for s in shards], out=self.cumulative[1:])
+        self.n_tokens = int(self.cumulative[-1])
+        self.n_documents = sum(s.n_documents for s in shards)
+        self._maps: dict[int, np.ndarray] = {}
+        self._doc_starts: np.ndarray | None = None
+        self._pid = os.getpid()
+
+    # Pickle paths and metadata only: memory maps are reopened lazily in the receiving process.
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_maps"] = {}
+        state["_doc_starts"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._pid = os.getpid()
+
+    def __len__(self) -> int:
+        return self.n_tokens
+
+    def __repr__(self) -> str:
+        return f"ShardSet({str(self.root)!r}, split={self.split!r}, shards={len(self.shards)}, documents={self.n_documents}, tokens={self.n_tokens}, dtype={self.dtype.name})"
+
+    @property
+    def eot_token(self) -> int:
+        return int(self.manifest["tokenizer"]["eot_token"])
+
+    def tokens(self, i: int) -> np.ndarray:
+        """The tokens of shard ``i``: a read-only ``np.memmap`` ``(n_tokens_i,)``, opened once per process."""
+        if os.getpid() != self._pid:  # forked: never share maps across processes
+            self._maps, self._pid = {}, os.getpid()
+        if not 0 <= i < len(self.shards):
+            raise IndexError(
+                f"shard {i} does not exist: split {self.split!r} of {self.root} has {len(self.shards)} shards"
+            )
+        mm = self._maps.get(i)
+        if mm is None:
+            info = self.shards[i]
+            if info.n_tokens == 0:  # np.memmap cannot map an empty file
+                mm = np.zeros(0, dtype=self.dtype)
+            else:
+                mm = np.memmap(self.root / info.tokens, dtype=self.dtype, mode="r", shape=(info.n_tokens,))
+            self._maps[i] = mm
+        return mm
+
+    def index(self, i: int) -> np.ndarray:
+        """Shard ``i``'s document starts, relative to the shard: int64 ``(n_documents_i,)``."""
+        info = self.shards[i]
+        return np.fromfile(self.root / info.index, dtype=INDEX_DTYPE, count=info.n_documents)
+
+    def doc_starts(self) -> np.ndarray:
+        """Global offsets of every document start over the concatenated split: int64 ``(n_documents,)``."""
+        if self._doc_starts is None:
+            parts = [self.index(i) + self.cumulative[i] for i in range(len(self.shards))]
+            self._doc_starts = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+        return self._doc_starts
+
+    def read(self, start: int, stop: int) -> np.ndarray:
+        """Global tokens ``[start, stop)`` of the split, across shard boundaries: ``(stop - start,)``.
+
+        Within one shard the result is a read-only view of the memory map (no copy); across shards it is
+        a new array. Copy it before modifying.
+        """
+        start, stop = int(start), int(stop)
+        if not 0 <= start <= stop <= self.n_tokens:
+            raise IndexError(
+                f"token range [{start}, {stop}) is outside split {self.split!r} of {self.root}, which has {self.n_tokens} tokens"
+            )
+        if start == stop:
+            return np.zeros(0, dtype=self.dtype)
+        first = int(np.searchsorted(self.cumulative, start, side="right")) - 1
+        last = int(np.searchsorted(self.cumulative, stop, side="left")) - 1
+        c = self.cumulative
+        if first == last:
+            return np.asarray(self.tokens(first)[start - c[first] : stop - c[first]])
+        pieces = [self.tokens(first)[start - c[first] :]]
+        pieces += [self.tokens(i) for i in range(first + 1, last)]
+        pieces.append(self.tokens(last)[: stop - c[last]])
+        return np.concatenate(pieces)
+
+    def documents(self) -> Iterator[np.ndarray]:
+        """Yield each document's tokens (without its ``<|endoftext|>``), in order, across shard boundaries."""
+        starts = self.doc_starts()
+        ends = np.append(starts[1:], self.n_tokens)
+        for a, b in zip(starts, ends):
+            yield self.read(int(a), int(b) - 1)
+
+
+def open_shards(root: str | os.PathLike, *, split: str = "train", verify: bool = False) -> ShardSet:
+    """Open one split of a shard folder written by `tokembed prepare`.
+
+    Args:
+        root: the shard folder.
+        split: which split to open (``"train"`` or ``"val"``).
+        verify: also check every file's sha256 and the document index (reads the whole split once).
+            Without it, only the presence and size of each file are checked (cheap).
+
+    Raises:
+        FileNotFoundError: no folder or no manifest.
+        ValueError: unknown split, or a shard that is missing, of the wrong size, or (with ``verify``)
+            damaged; the message names the shard and points at ``tokembed check DIR``.
+    """
+    root = Path(root)
+    manifest = read_manifest(root)
+    splits = manifest["splits"]
+    if split not in splits:
+        raise ValueError(f"split {split!r} is not in {root}; it has {', '.join(map(repr, splits)) or 'no splits'}")
+    shards = [ShardInfo.from_dict(d) for d in splits[split]["shards"]]
+    itemsize = 2 if manifest["dtype"] == "uint16" else 4
+    for s in shards:
+        problems = shard_file_problems(root, s, itemsize)
+        if problems:
+            raise ValueError(f"shard {s.tokens} of {root} is damaged: {problems[0]}; {CHECK_HINT.format(root=root)}")
+    if verify:
+        problems = check_split(root, manifest, split, full=True)
+        if problems:
+            raise ValueError(
+                f"{root} is damaged: {problems[0]}{f' (and {len(problems) - 1} more)' if len(problems) > 1 else ''}; {CHECK_HINT.format(root=root)}"
+            )
+    return ShardSet(root, split, manifest, shards)

@@ -1,0 +1,107 @@
+"""TODO docstring."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from tokembed._checks import check_positive_int, config_from_dict
+
+# Fields that may differ when a run is resumed (they do not change what has been computed so far).
+RESUMABLE_CHANGES = ("max_steps", "eval_interval", "eval_batches", "checkpoint_interval", "out")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """How to train.
+
+    Attributes:
+        data: a shard folder (``tokembed prepare`` output) or a UTF-8 text file (stored as an absolute path).
+        out: the checkpoint directory to write (and resume from).
+        max_length: tokens per training window (must not exceed the model's context_length).
+        stride: step between window starts (default: max_length, no overlap).
+        batch_size: windows per step.
+        max_steps: optimizer steps in all.
+        lr: peak learning rate, reached after ``warmup_steps`` of linear warmup, then a cosine
+            decay to ``min_lr_ratio * lr`` at ``max_steps``.
+        weight_decay: AdamW decay of matrices and embeddings (not of biases and norms).
+        beta1, beta2: AdamW betas (GPT-3's 0.9, 0.95).
+        grad_clip: clip the global gradient norm to this (0: no clipping).
+        eval_interval: steps between validation losses (and at the end).
+        eval_batches: at most this many validation batches per evaluation.
+        checkpoint_interval: steps between checkpoints (and at the end).
+        seed: seeds weights, shuffling and dropout.
+        val_fraction: for a text file, the share of its tokens (at the end) held out for validation.
+        init_embeddings: a local GPT-2 weights file whose ``wte``/``wpe`` start the embeddings.
+    """
+
+    data: str
+    out: str
+    max_length: int = 64
+    stride: int | None = None
+    batch_size: int = 8
+    max_steps: int = 300
+    lr: float = 3e-3
+    min_lr_ratio: float = 0.1
+    warmup_steps: int = 20
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = 1.0
+    eval_interval: int = 50
+    eval_batches: int = 20
+    checkpoint_interval: int = 100
+    seed: int = 0
+    val_fraction: float = 0.1
+    init_embeddings: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self, "data", str(Path(self.data).resolve())
+        )  # absolute: eval and resume work from any folder
+        object.__setattr__(self, "out", str(self.out))
+        if self.init_embeddings is not None:
+            object.__setattr__(self, "init_embeddings", str(self.init_embeddings))
+        for name in ("max_length", "batch_size", "max_steps", "eval_interval", "eval_batches", "checkpoint_interval"):
+            check_positive_int(name, getattr(self, name))
+        if self.stride is not None:
+            check_positive_int("stride", self.stride)
+        if isinstance(self.warmup_steps, bool) or not isinstance(self.warmup_steps, int) or self.warmup_steps < 0:
+            raise ValueError(f"warmup_steps must be an integer >= 0, got {self.warmup_steps!r}")
+        if not (isinstance(self.lr, (int, float)) and self.lr > 0):
+            raise ValueError(f"lr must be > 0, got {self.lr!r}")
+        if not 0.0 <= self.min_lr_ratio <= 1.0:
+            raise ValueError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio!r}")
+        if self.weight_decay < 0 or self.grad_clip < 0:
+            raise ValueError(
+                f"weight_decay and grad_clip must be >= 0, got {self.weight_decay!r} and {self.grad_clip!r}"
+            )
+        if not (0.0 <= self.beta1 < 1.0 and 0.0 <= self.beta2 < 1.0):
+            raise ValueError(f"beta1 and beta2 must be in [0, 1), got {self.beta1!r} and {self.beta2!r}")
+        if not 0.0 < self.val_fraction < 1.0:
+            raise ValueError(f"val_fraction must be in (0, 1), got {self.val_fraction!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"seed must be an integer >= 0, got {self.seed!r}")
+
+    @property
+    def window_stride(self) -> int:
+        return self.stride or self.max_length
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> TrainConfig:
+        """Build from a dict (e.g. a checkpoint's ``config.json``), naming unknown keys."""
+        return config_from_dict(cls, d)
+
+
+def lr_at(step: int, config: TrainConfig) -> float:
+    """Learning rate for optimizer step ``step`` (0-based): linear warmup, then cosine to ``min_lr_ratio * lr``."""
+    if step < config.warmup_steps:
+        return config.lr * (step + 1) / config.warmup_steps
+    decay_steps = max(1, config.max_steps - config.warmup_steps)
+    progress = min(1.0, (step - config.warmup_steps) / decay_steps)
+    min_lr = config.lr * config.min_lr_ratio
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (config.lr - min_lr)

@@ -1,0 +1,79 @@
+"""What exact resume needs besides the weights and the optimizer: step, tokens, epoch, log, loader, RNG."""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors.torch import load_file
+
+__all__ = ["TrainState"]
+
+
+@dataclass
+class TrainState:
+    """The progress of a run, as ``state.json`` and ``log.json`` of its checkpoint store it.
+
+    Attributes:
+        step: optimizer steps done.
+        tokens_seen: training tokens read so far.
+        epoch: the loader's epoch.
+        log: ``{"train": [{"step", "tokens", "loss", "lr", "tokens_per_s"}, ...], "val": [{"step", "loss"}, ...]}``.
+    """
+
+    step: int = 0
+    tokens_seen: int = 0
+    epoch: int = 0
+    log: dict = field(default_factory=lambda: {"train": [], "val": []})
+
+    def last_loss(self, kind: str) -> float | None:
+        """The last logged ``"train"`` or ``"val"`` loss, or None."""
+        return self.log[kind][-1]["loss"] if self.log[kind] else None
+
+    def to_dict(self, loader) -> dict:
+        """``state.json``'s content: this state, the loader's position and torch's RNG."""
+        return {
+            "step": self.step,
+            "tokens_seen": self.tokens_seen,
+            "epoch": self.epoch,
+            "loader": _jsonable(loader.state_dict()),
+            "rng": _rng_state(),
+        }
+
+    def restore(self, out: Path, model, optimizer, loader) -> None:
+        """Load the checkpoint in ``out`` into ``model``, ``optimizer``, ``loader``, torch's RNG and this state."""
+        model.load_state_dict(load_file(str(out / "model.safetensors")), strict=not model.config.tie_embeddings)
+        optimizer.load_state_dict(torch.load(out / "optimizer.pt", weights_only=True))
+        state = json.loads((out / "state.json").read_text())
+        self.log = json.loads((out / "log.json").read_text())
+        self.step, self.tokens_seen, self.epoch = state["step"], state["tokens_seen"], state["epoch"]
+        loader.set_epoch(self.epoch)
+        loader.load_state_dict(state["loader"])
+        _set_rng_state(state["rng"])
+
+
+def _rng_state() -> str:
+    return base64.b64encode(torch.get_rng_state().numpy().tobytes()).decode("ascii")
+
+
+def _set_rng_state(s: str) -> None:
+    torch.set_rng_state(torch.from_numpy(np.frombuffer(base64.b64decode(s), dtype=np.uint8).copy()))
+
+
+def _jsonable(obj):
+    """Loader states may hold numpy scalars/arrays or tensors: make them JSON."""
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, torch.Tensor):
+        return obj.tolist()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, np.generic):
+        return obj.item()
+    return obj
