@@ -6,8 +6,10 @@ finished unit (input hash, shard entries); ``manifest.json`` is assembled from t
 
 from __future__ import annotations
 
+import contextlib
 import json
-import shutil
+import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -23,10 +25,12 @@ from tokembed.shards.units import FILE_STATS, SPLITS
 __all__ = [
     "PARTS",
     "assemble_manifest",
+    "folder_files",
     "load_record",
     "prepare_folder",
     "rank_manifest_name",
     "record_ok",
+    "refuse_inputs_inside",
     "remove_leftovers",
     "remove_units_past",
     "run_identity",
@@ -74,18 +78,62 @@ def rank_manifest_name(rank: int, world_size: int) -> str:
     return f"manifest.rank-{rank:05d}-of-{world_size:05d}.json"
 
 
-def _ours(name: str) -> bool:
+_SHARD_FILE = re.compile(r"\d{5}\.(bin|idx)")
+_PARTS_FILE = re.compile(r"\d{5}\.json|plan\.json")
+_RANK_MANIFEST = re.compile(r"manifest\.rank-\d{5}-of-\d{5}\.json")
+
+
+def _own_file(p: Path) -> bool:
+    """A top-level file of tokembed's: the manifest, a rank manifest, a temporary file of an atomic write."""
+    name = p.name
     return (
-        name in (MANIFEST, PARTS, *SPLITS)
-        or (name.startswith("manifest.rank-") and name.endswith(".json"))
-        or is_temp_file(name)
+        p.is_file()
+        and not p.is_symlink()
+        and (name == MANIFEST or bool(_RANK_MANIFEST.fullmatch(name)) or is_temp_file(name))
     )
 
 
-def _clear(out: Path) -> None:
-    for p in out.iterdir():
-        if _ours(p.name):
-            shutil.rmtree(p) if p.is_dir() else p.unlink()
+def folder_files(out: Path) -> tuple[list[Path], list[str]]:
+    """The files in ``out`` that tokembed wrote (by exact name and place), and the names of all others.
+
+    Tokembed's own: ``manifest.json``, rank manifests, ``SPLIT/NNNNN.bin|.idx``, ``.parts/NNNNN.json`` and
+    ``.parts/plan.json``, and temporary files of its atomic writes. Anything else (another name, a folder
+    or symlink where a file belongs) is foreign: never deleted, not even by ``--overwrite``.
+    """
+    ours: list[Path] = []
+    foreign: list[str] = []
+    for p in sorted(out.iterdir()):
+        if p.name in (*SPLITS, PARTS) and p.is_dir() and not p.is_symlink():
+            pattern = _PARTS_FILE if p.name == PARTS else _SHARD_FILE
+            for q in sorted(p.iterdir()):
+                if q.is_file() and not q.is_symlink() and (pattern.fullmatch(q.name) or is_temp_file(q.name)):
+                    ours.append(q)
+                else:
+                    foreign.append(f"{p.name}/{q.name}")
+        elif _own_file(p):
+            ours.append(p)
+        else:
+            foreign.append(p.name)
+    return ours, foreign
+
+
+def _clear(out: Path, files: Sequence[Path]) -> None:
+    """Delete tokembed's own ``files`` in ``out`` (from `folder_files`), then its folders left empty."""
+    for p in files:
+        p.unlink(missing_ok=True)
+    for name in (*SPLITS, PARTS):
+        with contextlib.suppress(OSError):  # absent (a folder with foreign files never gets here)
+            (out / name).rmdir()
+
+
+def refuse_inputs_inside(out: Path, files: Sequence[InputFile]) -> None:
+    """An input inside the output folder could be overwritten or deleted: refuse before touching anything."""
+    root = os.path.realpath(out)
+    inside = [f.path for f in files if f.size is not None and os.path.realpath(f.path).startswith(root + os.sep)]
+    if inside:
+        raise ValueError(
+            f"input {inside[0]} is inside the output folder {out}; choose an --out folder outside the inputs"
+        )
 
 
 def unit_number(name: str) -> int | None:
@@ -117,11 +165,12 @@ def prepare_folder(out: Path, identity: dict[str, Any], *, overwrite: bool, rank
         raise FileExistsError(f"output {out} is a file; give a folder path for the shards")
     out.mkdir(parents=True, exist_ok=True)
     entries = sorted(p.name for p in out.iterdir())
-    foreign = [n for n in entries if not _ours(n)]
+    ours, foreign = folder_files(out)
     if foreign:
+        more = f", ... ({len(foreign)} in all)" if len(foreign) > 5 else ""
         raise FileExistsError(
-            f"output folder {out} holds files that are not tokembed shards ({', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}); "
-            "choose an empty or new folder (--overwrite only replaces shard folders)"
+            f"output folder {out} holds files that are not tokembed shards ({', '.join(foreign[:5])}{more}); "
+            "move them away or choose an empty or new folder: tokembed never deletes them, not even with --overwrite"
         )
     sources = [(out / MANIFEST, "finished shards"), (out / PARTS / "plan.json", "an unfinished run")]
     sources += [(out / n, "a rank's shards") for n in entries if n.startswith("manifest.rank-")]
@@ -135,7 +184,7 @@ def prepare_folder(out: Path, identity: dict[str, Any], *, overwrite: bool, rank
         diffs = same_identity(existing, identity)
         if diffs:
             if overwrite:
-                _clear(out)
+                _clear(out, ours)
                 return False
             raise FileExistsError(
                 f"{out} holds {what} made with different {' and '.join(diffs)}; "
@@ -143,7 +192,7 @@ def prepare_folder(out: Path, identity: dict[str, Any], *, overwrite: bool, rank
             )
     if (out / MANIFEST).is_file():
         if overwrite:
-            _clear(out)
+            _clear(out, ours)
             return False
         return True
     if world_size > 1 and (out / rank_manifest_name(rank, world_size)).is_file() and not overwrite:
@@ -157,7 +206,7 @@ def prepare_folder(out: Path, identity: dict[str, Any], *, overwrite: bool, rank
     if planless and not overwrite and has_shards:  # shard files without any plan: nothing to resume safely
         raise FileExistsError(f"{out} holds shard files but no manifest or plan; pass --overwrite to replace them")
     if overwrite and not (out / PARTS / "plan.json").is_file():
-        _clear(out)
+        _clear(out, ours)
     return False
 
 

@@ -50,6 +50,7 @@ from tokembed.shards.folder import (
     prepare_folder,
     rank_manifest_name,
     record_ok,
+    refuse_inputs_inside,
     remove_leftovers,
     remove_units_past,
     run_identity,
@@ -165,6 +166,7 @@ def prepare_corpus(
     files = resolve_inputs(inputs, format=config.format)
     tok, dtype = tokenizer_entry(config.tokenizer)
     identity = run_identity(config, files, tok, dtype)
+    refuse_inputs_inside(out, files)
     if prepare_folder(out, identity, overwrite=overwrite, rank=rank, world_size=world_size):
         return _already_done(out, rank, world_size, t0)
     remove_leftovers(out, rank, world_size)

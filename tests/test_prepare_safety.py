@@ -1,0 +1,79 @@
+"""Nothing a user has is lost, nothing is silently wrong: the attacks of issue 16 on `tokembed prepare`.
+
+Each test reproduces one attack that broke an earlier version (named in its docstring) and checks the
+behaviour the docs promise instead.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tokembed.cli import main
+from tokembed.shards.check import check_shards
+from tokembed.shards.prepare import prepare_corpus
+from tokembed.shards.reader import open_shards
+
+
+def documents(root) -> list[str]:
+    from tokembed.tokenizer import get_tokenizer
+
+    enc = get_tokenizer("gpt2")
+    return [enc.decode(d.tolist()) for d in open_shards(root).documents()]
+
+
+# ------------------------------------------------------------------------------------------- --overwrite
+
+
+def test_overwrite_never_deletes_an_input_or_a_folder_holding_one(tmp_path, monkeypatch, capsys):
+    """Was: `prepare data/train --out data --overwrite` removed both folders and the input itself."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data" / "train").mkdir(parents=True)
+    (tmp_path / "data" / "val").mkdir()
+    (tmp_path / "data" / "train" / "a.txt").write_text("text\n")
+    (tmp_path / "data" / "val" / "b.txt").write_text("text\n")
+    assert main(["prepare", "data/train", "--out", "data", "--overwrite", "-q"]) == 2
+    assert "input data/train/a.txt is inside the output folder data" in capsys.readouterr().err
+    assert (tmp_path / "data" / "train" / "a.txt").read_text() == "text\n"
+    assert (tmp_path / "data" / "val" / "b.txt").read_text() == "text\n"
+
+
+def test_overwrite_refuses_a_folder_with_foreign_files_in_a_split(tmp_path):
+    """Was: `prepare other.txt --out shards --overwrite` silently deleted shards/train/NOTES.txt."""
+    (tmp_path / "one.txt").write_text("the first corpus\n")
+    (tmp_path / "other.txt").write_text("another corpus\n")
+    out = tmp_path / "shards"
+    prepare_corpus([tmp_path / "one.txt"], out, workers=1)
+    (out / "train" / "NOTES.txt").write_text("mine\n")
+    (out / ".parts").mkdir()
+    (out / ".parts" / "keep.me").write_text("mine too\n")
+    before = sorted(p.relative_to(out) for p in out.rglob("*"))
+    with pytest.raises(
+        FileExistsError, match=r"not tokembed shards \(.parts/keep.me, train/NOTES.txt\).*never deletes them"
+    ):
+        prepare_corpus([tmp_path / "other.txt"], out, workers=1, overwrite=True)
+    assert sorted(p.relative_to(out) for p in out.rglob("*")) == before  # nothing removed
+    assert (out / "train" / "NOTES.txt").read_text() == "mine\n"
+    (out / "train" / "NOTES.txt").unlink()
+    (out / ".parts" / "keep.me").unlink()
+    prepare_corpus([tmp_path / "other.txt"], out, workers=1, overwrite=True)
+    assert documents(out) == ["another corpus\n"] and check_shards(out) == []
+
+
+def test_overwrite_removes_exactly_the_files_tokembed_wrote(tmp_path):
+    # A property of the rule: every file --overwrite removed had one of tokembed's names in one of its places.
+    (tmp_path / "a.txt").write_text("alpha beta " * 3000)
+    (tmp_path / "b.txt").write_text("gamma\n")
+    out = tmp_path / "o"
+    prepare_corpus([tmp_path / "a.txt"], out, workers=1, shard_mb=0.005, val_fraction=0.5)
+    (out / "train" / ".00099.bin.tmp-x").write_bytes(b"left by a kill")
+    old = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()}
+    assert len([n for n in old if n.endswith(".bin")]) > 3
+    prepare_corpus([tmp_path / "b.txt"], out, workers=1, overwrite=True)
+    new = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()}
+    import re
+
+    own = re.compile(r"manifest\.json|(train|val)/(\d{5}\.(bin|idx)|\.\d{5}\.(bin|idx)\.tmp-.*)|\.tokembed\.lock")
+    assert all(own.fullmatch(n) for n in old - new), old - new
+    assert documents(out) == ["gamma\n"]
+    assert np.array_equal(sorted(new - {".tokembed.lock"}), ["manifest.json", "train/00000.bin", "train/00000.idx"])
