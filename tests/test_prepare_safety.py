@@ -77,3 +77,33 @@ def test_overwrite_removes_exactly_the_files_tokembed_wrote(tmp_path):
     assert all(own.fullmatch(n) for n in old - new), old - new
     assert documents(out) == ["gamma\n"]
     assert np.array_equal(sorted(new - {".tokembed.lock"}), ["manifest.json", "train/00000.bin", "train/00000.idx"])
+
+
+# ------------------------------------------------------------------------------------------- inputs
+
+
+def test_a_symlink_loop_reads_each_file_once(tmp_path, monkeypatch, capsys):
+    """Was: `ln -s .. L/sub/up; prepare L` wrote 82 documents (each file 41 times), exit 0."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "L" / "sub").mkdir(parents=True)
+    (tmp_path / "L" / "a.txt").write_text("alpha\n")
+    (tmp_path / "L" / "sub" / "b.txt").write_text("beta\n")
+    (tmp_path / "L" / "sub" / "up").symlink_to("..")
+    assert main(["prepare", "L", "--out", "o"]) == 0
+    err = capsys.readouterr().err
+    assert "skipped as repeats: L/sub/up (a link to" in err and "which was already searched" in err
+    assert documents(tmp_path / "o") == ["alpha\n", "beta\n"]
+
+
+def test_a_file_named_twice_or_reached_by_two_routes_is_read_once(tmp_path):
+    (tmp_path / "d" / "real").mkdir(parents=True)
+    (tmp_path / "d" / "real" / "x.txt").write_text("only once\n")
+    (tmp_path / "d" / "again").symlink_to("real")  # a second route to the same folder
+    (tmp_path / "y.txt").symlink_to(tmp_path / "d" / "real" / "x.txt")  # a second name for the same file
+    res = prepare_corpus(
+        [tmp_path / "d", tmp_path / "y.txt", tmp_path / "d" / "real" / "x.txt"], tmp_path / "o", workers=1
+    )
+    assert documents(tmp_path / "o") == ["only once\n"]
+    assert [f["path"] for f in res.manifest["inputs"]] == [str(tmp_path / "d" / "real" / "x.txt")]
+    assert any(s.endswith("which was already searched)") for s in res.skipped_inputs)
+    assert f"{tmp_path / 'y.txt'} (the same file as {tmp_path / 'd' / 'real' / 'x.txt'})" in res.skipped_inputs

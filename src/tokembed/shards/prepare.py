@@ -59,7 +59,7 @@ from tokembed.shards.folder import (
 )
 from tokembed.shards.format import MANIFEST, ShardInfo
 from tokembed.shards.progress import Progress
-from tokembed.shards.sources import InputFile, resolve_inputs
+from tokembed.shards.sources import InputFile, find_inputs
 from tokembed.shards.units import Unit, iter_units, join_parts, trim_heap, unit_input_hash, unit_parts
 
 __all__ = ["PrepareConfig", "PrepareResult", "merge_manifests", "prepare_corpus"]
@@ -79,6 +79,8 @@ class PrepareResult:
         seconds: wall time of this call.
         tokens_done: tokens produced by this call.
         input_bytes: input bytes read.
+        inputs: the manifest's entries of the input files.
+        skipped_inputs: paths left out as repeats of an input (a symlink loop, a file named twice), with why.
     """
 
     out: Path
@@ -91,11 +93,15 @@ class PrepareResult:
     tokens_done: int = 0
     input_bytes: int = 0
     inputs: list[dict[str, Any]] = field(default_factory=list)
+    skipped_inputs: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
-        if self.already_done:
-            return f"{self.out} is already prepared with these inputs and settings: nothing to do"
         lines = []
+        if self.skipped_inputs:
+            more = f", ... ({len(self.skipped_inputs)} in all)" if len(self.skipped_inputs) > 3 else ""
+            lines.append(f"skipped as repeats: {'; '.join(self.skipped_inputs[:3])}{more}")
+        if self.already_done:
+            return "\n".join([*lines, f"{self.out} is already prepared with these inputs and settings: nothing to do"])
         if self.manifest is not None:
             for split, s in self.manifest["splits"].items():
                 lines.append(
@@ -163,19 +169,19 @@ def prepare_corpus(
     config = _resolve_config(config, options)
     _check_run_options(engine=engine, workers=workers, rank=rank, world_size=world_size, overwrite=overwrite)
     out = Path(out)
-    files = resolve_inputs(inputs, format=config.format)
+    files, skipped = find_inputs(inputs, format=config.format)
     tok, dtype = tokenizer_entry(config.tokenizer)
     identity = run_identity(config, files, tok, dtype)
     refuse_inputs_inside(out, files)
     if prepare_folder(out, identity, overwrite=overwrite, rank=rank, world_size=world_size):
-        return _already_done(out, rank, world_size, t0)
+        return _already_done(out, rank, world_size, t0, skipped)
     remove_leftovers(out, rank, world_size)
     atomic_write_json(out / PARTS / "plan.json", identity)
     eng = make_engine(engine, workers=workers or os.cpu_count() or 1, config=config, ray_address=ray_address)
     run = _Run(out, config, dtype, eng, Progress.start(files, progress), rank=rank, world_size=world_size)
     run.tokenize(files, carry=engine == "ray")  # Ray workers may not see the files: the driver ships the bytes
     result = run.result
-    result.inputs = identity["inputs"]
+    result.inputs, result.skipped_inputs = identity["inputs"], skipped
     remove_units_past(out, result.units, rank, world_size)
     if world_size == 1:
         result.manifest = _write_manifest(out, identity, run.records, result.units)
@@ -209,14 +215,15 @@ def _check_run_options(*, engine: str, workers: int, rank: int, world_size: int,
         )
 
 
-def _already_done(out: Path, rank: int, world_size: int, t0: float) -> PrepareResult:
+def _already_done(out: Path, rank: int, world_size: int, t0: float, skipped: list[str]) -> PrepareResult:
     remove_leftovers(out, rank, world_size)
     manifest = None
     if (out / MANIFEST).is_file():
         shutil.rmtree(out / PARTS, ignore_errors=True)  # left by a run killed after its manifest
         manifest = json.loads((out / MANIFEST).read_text())
     n = manifest["units"] if manifest else 0
-    return PrepareResult(out, manifest, n, units_skipped=n, already_done=True, seconds=time.perf_counter() - t0)
+    seconds = time.perf_counter() - t0
+    return PrepareResult(out, manifest, n, units_skipped=n, already_done=True, seconds=seconds, skipped_inputs=skipped)
 
 
 def _write_manifest(out: Path, identity: dict[str, Any], records: list[dict[str, Any]], n_units: int) -> dict[str, Any]:

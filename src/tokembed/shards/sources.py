@@ -40,6 +40,7 @@ __all__ = [
     "Span",
     "line_number",
     "plan_units",
+    "find_inputs",
     "read_span",
     "resolve_inputs",
     "safe_cut",
@@ -117,10 +118,21 @@ def _format_of(path: str, forced: str) -> tuple[str, bool] | None:
 
 
 def resolve_inputs(inputs: Sequence[str | os.PathLike], *, format: str = "auto") -> list[InputFile]:
-    """Expand files, folders and globs into a sorted, de-duplicated list of `InputFile`.
+    """Expand files, folders and globs into a sorted, de-duplicated list of `InputFile` (see `find_inputs`)."""
+    return find_inputs(inputs, format=format)[0]
+
+
+def find_inputs(inputs: Sequence[str | os.PathLike], *, format: str = "auto") -> tuple[list[InputFile], list[str]]:
+    """Expand files, folders and globs into a sorted list of `InputFile`, each real file at most once.
 
     Folders are searched recursively for the known suffixes (hidden files and folders are skipped);
-    a file named explicitly with an unknown suffix needs ``format`` (``"text"`` or ``"jsonl"``).
+    a symlinked folder is followed unless its real folder was searched already (a loop, or a second
+    route to the same place). A file reached under several names (named twice, through a symlink) is
+    read once, under its first name in sorted order. A file named explicitly with an unknown suffix
+    needs ``format`` (``"text"`` or ``"jsonl"``).
+
+    Returns:
+        ``(files, skipped)``: the inputs, and one line per path left out as a repeat, saying why.
 
     Raises:
         ValueError: no inputs, an unknown format, a folder or glob without any input file, ``-`` mixed
@@ -140,11 +152,38 @@ def resolve_inputs(inputs: Sequence[str | os.PathLike], *, format: str = "auto")
             raise ValueError(
                 "- (standard input) must be the only input; got also " + ", ".join(p for p in inputs if p != STDIN)
             )
-        return [InputFile(STDIN, "jsonl" if format == "jsonl" else "text", False, None)]
-    found: dict[str, InputFile] = {}
+        return [InputFile(STDIN, "jsonl" if format == "jsonl" else "text", False, None)], []
+    found = _Found(format)
+    for item in inputs:
+        if os.path.isdir(item):
+            if sum(found.add(path, explicit=False) for path in _walk(item, found.skipped)) == 0:
+                raise ValueError(f"folder {item} holds no input files (.txt .md .rst .jsonl .ndjson, optionally .gz)")
+        elif os.path.isfile(item):
+            found.add(item, explicit=True)
+        elif glob.has_magic(item):
+            matches = sorted(m for m in glob.glob(item, recursive=True) if os.path.isfile(m))
+            if not matches:
+                raise ValueError(f"glob {item!r} matches no file")
+            for m in matches:
+                found.add(m, explicit=True)
+        elif os.path.exists(item):
+            raise ValueError(f"{item} is neither a file nor a folder")
+        else:
+            raise FileNotFoundError(f"input {item} does not exist")
+    return found.files()
 
-    def add(path: str, explicit: bool) -> bool:
-        fmt = _format_of(path, format if explicit else "auto")
+
+class _Found:
+    """The input files found so far, one per real file (by device and inode)."""
+
+    def __init__(self, format: str):
+        self.format = format
+        self.by_real: dict[tuple[int, int], InputFile] = {}
+        self.skipped: list[str] = []
+
+    def add(self, path: str, explicit: bool) -> bool:
+        """Take ``path`` if it has an input format; True when it is (or repeats) an input."""
+        fmt = _format_of(path, self.format if explicit else "auto")
         if fmt is None:
             if explicit:
                 raise ValueError(
@@ -153,34 +192,39 @@ def resolve_inputs(inputs: Sequence[str | os.PathLike], *, format: str = "auto")
             return False
         if not os.access(path, os.R_OK):
             raise PermissionError(f"{path} cannot be read (permission denied); fix its permissions or leave it out")
-        found.setdefault(
-            os.path.normpath(path), InputFile(os.path.normpath(path), fmt[0], fmt[1], os.path.getsize(path))
-        )
+        st = os.stat(path)
+        key, new = (st.st_dev, st.st_ino), InputFile(os.path.normpath(path), fmt[0], fmt[1], st.st_size)
+        old = self.by_real.get(key)
+        if old is None:
+            self.by_real[key] = new
+        elif old.path != new.path:
+            first, second = sorted((old, new), key=lambda f: f.path)
+            self.by_real[key] = first
+            self.skipped.append(f"{second.path} (the same file as {first.path})")
         return True
 
-    for item in inputs:
-        if os.path.isdir(item):
-            n = 0
-            for dirpath, dirnames, filenames in os.walk(item, followlinks=True):
-                dirnames[:] = [d for d in dirnames if not d.startswith(".")]
-                for f in filenames:
-                    if not f.startswith(".") and os.path.isfile(os.path.join(dirpath, f)):
-                        n += add(os.path.join(dirpath, f), explicit=False)
-            if n == 0:
-                raise ValueError(f"folder {item} holds no input files (.txt .md .rst .jsonl .ndjson, optionally .gz)")
-        elif os.path.isfile(item):
-            add(item, explicit=True)
-        elif glob.has_magic(item):
-            matches = sorted(m for m in glob.glob(item, recursive=True) if os.path.isfile(m))
-            if not matches:
-                raise ValueError(f"glob {item!r} matches no file")
-            for m in matches:
-                add(m, explicit=True)
-        elif os.path.exists(item):
-            raise ValueError(f"{item} is neither a file nor a folder")
-        else:
-            raise FileNotFoundError(f"input {item} does not exist")
-    return [found[k] for k in sorted(found)]
+    def files(self) -> tuple[list[InputFile], list[str]]:
+        return sorted(self.by_real.values(), key=lambda f: f.path), sorted(set(self.skipped))
+
+
+def _walk(folder: str, skipped: list[str]) -> Iterator[str]:
+    """The files under ``folder``. Real subfolders are searched first, then the symlinked ones whose real
+    folder was not searched yet (each real folder once: no loop, no second route); hidden names are skipped."""
+    seen: set[tuple[int, int]] = set()
+    links = [folder]
+    while links:
+        for dirpath, dirnames, filenames in os.walk(links.pop(0)):  # does not descend into symlinked folders
+            st = os.stat(dirpath)
+            if (st.st_dev, st.st_ino) in seen:
+                skipped.append(f"{dirpath} (a link to {os.path.realpath(dirpath)}, which was already searched)")
+                dirnames[:] = []
+                continue
+            seen.add((st.st_dev, st.st_ino))
+            dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+            links += [os.path.join(dirpath, d) for d in dirnames if os.path.islink(os.path.join(dirpath, d))]
+            for f in sorted(filenames):
+                if not f.startswith(".") and os.path.isfile(os.path.join(dirpath, f)):
+                    yield os.path.join(dirpath, f)
 
 
 def _open(f: InputFile) -> BinaryIO:
