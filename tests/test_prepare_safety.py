@@ -107,3 +107,27 @@ def test_a_file_named_twice_or_reached_by_two_routes_is_read_once(tmp_path):
     assert [f["path"] for f in res.manifest["inputs"]] == [str(tmp_path / "d" / "real" / "x.txt")]
     assert any(s.endswith("which was already searched)") for s in res.skipped_inputs)
     assert f"{tmp_path / 'y.txt'} (the same file as {tmp_path / 'd' / 'real' / 'x.txt'})" in res.skipped_inputs
+
+
+# ------------------------------------------------------------------------------------------- bad lines
+
+
+@pytest.mark.parametrize(
+    "line, why",
+    [
+        ("[" * 200_000 + "]" * 200_000, "nested too deeply to parse"),
+        ('{"text": ' + "1" * 5000 + "}", r"Exceeds the limit \(4300 digits\)"),
+        ('{"text": "a', "Unterminated string starting at column 10"),  # was "starting at at column"
+    ],
+    ids=["deep", "long-integer", "unterminated"],
+)
+def test_unparsable_json_lines_are_bad_lines_with_file_and_line(tmp_path, line, why):
+    """Was: a RecursionError traceback (exit 1), even under --skip-bad-lines; a digit-limit error without
+    file or line."""
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"text": "fine"}\n' + line + '\n{"text": "also fine"}\n')
+    with pytest.raises(ValueError, match=rf"in.jsonl, line 2: not valid JSON \({why}"):
+        prepare_corpus([src], tmp_path / "o", workers=1)
+    res = prepare_corpus([src], tmp_path / "o2", workers=1, skip_bad_lines=True)
+    assert res.manifest["inputs"][0]["bad_lines"] == 1
+    assert documents(tmp_path / "o2") == ["fine", "also fine"]

@@ -273,16 +273,26 @@ def _decode(raw: bytes, where: _Where, config: PrepareConfig, st: dict[str, int]
     return text
 
 
+def _json_problem(e: Exception) -> str:
+    """What is wrong with a line ``json.loads`` refused, in a few words."""
+    if isinstance(e, json.JSONDecodeError):
+        msg = e.msg.removesuffix(" at")  # json says "Unterminated string starting at" (then the position)
+        return f"{msg} at column {e.colno}"
+    if isinstance(e, RecursionError):
+        return "nested too deeply to parse"
+    return str(e).split(";")[0]  # "Exceeds the limit (4300 digits) for integer string conversion: ..."
+
+
 def _json_field(text: str, where: _Where, config: PrepareConfig, st: dict[str, int]) -> str | None:
     """The ``config.field`` string of a JSON line; None (counted) for a bad line under ``skip_bad_lines``."""
     try:
         obj = json.loads(text)
-    except json.JSONDecodeError as e:
+    except (ValueError, RecursionError) as e:  # JSONDecodeError is a ValueError, as is a 5,000-digit integer
         if config.skip_bad_lines:
             st["bad_lines"] += 1
             return None
         raise ValueError(
-            f"{where}: not valid JSON ({e.msg} at column {e.colno}); fix the line or pass --skip-bad-lines"
+            f"{where}: not valid JSON ({_json_problem(e)}); fix the line or pass --skip-bad-lines"
         ) from None
     value = obj.get(config.field) if isinstance(obj, dict) else None
     if isinstance(value, str):
