@@ -6,6 +6,10 @@ behaviour the docs promise instead.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -13,6 +17,8 @@ from tokembed.cli import main
 from tokembed.shards.check import check_shards
 from tokembed.shards.prepare import prepare_corpus
 from tokembed.shards.reader import open_shards
+
+TRIALS = int(os.environ.get("TOKEMBED_KILL_TRIALS", "3"))
 
 
 def documents(root) -> list[str]:
@@ -131,3 +137,44 @@ def test_unparsable_json_lines_are_bad_lines_with_file_and_line(tmp_path, line, 
     res = prepare_corpus([src], tmp_path / "o2", workers=1, skip_bad_lines=True)
     assert res.manifest["inputs"][0]["bad_lines"] == 1
     assert documents(tmp_path / "o2") == ["fine", "also fine"]
+
+
+# ------------------------------------------------------------------------------------------- one writer
+
+
+def test_a_second_prepare_on_a_locked_folder_names_the_holder(tmp_path):
+    """Was: two `prepare` runs on the same --out at once; one died on a missing .parts/*.tmp-* rename."""
+    (tmp_path / "a.txt").write_text("some text\n")
+    out = tmp_path / "o"
+    out.mkdir()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK, str(out / ".tokembed.lock")], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(BlockingIOError, match=rf"is being written by process {holder.pid} .*wait for it to finish"):
+            prepare_corpus([tmp_path / "a.txt"], out, workers=1)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert sorted(p.name for p in out.iterdir()) == [".tokembed.lock"]  # the refused run wrote nothing
+    prepare_corpus([tmp_path / "a.txt"], out, workers=1)  # the kernel dropped the lock with its holder
+    assert check_shards(out) == []
+
+
+HOLD_LOCK = "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT); fcntl.flock(fd, fcntl.LOCK_EX); print('locked', flush=True); time.sleep(60)"
+
+
+@pytest.mark.slow
+def test_two_prepare_runs_at_once_never_break_each_other(tmp_path, story):
+    (tmp_path / "in").mkdir()
+    for i in range(6):
+        (tmp_path / "in" / f"{i}.txt").write_text(story)
+    cmd = [sys.executable, "-m", "tokembed", "prepare", str(tmp_path / "in"), "--out", str(tmp_path / "o")]
+    runs = [subprocess.Popen([*cmd, "--shard-mb", "0.02", "-q"], stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    results = [(r.wait(timeout=120), r.stderr.read()) for r in runs]
+    for rc, err in results:
+        assert rc == 0 or (rc == 2 and "is being written by process" in err and "Traceback" not in err), (rc, err)
+    if any(rc for rc, _ in results):  # the refused one, rerun, finds the work done
+        subprocess.run([*cmd, "-q", "--shard-mb", "0.02"], check=True)
+    assert check_shards(tmp_path / "o") == []

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from tokembed._atomic import atomic_write, atomic_write_json, is_temp_file
+from tokembed._lock import LOCK_NAME
 from tokembed.shards.config import PrepareConfig
 from tokembed.shards.format import FORMAT, INDEX_DTYPE, MANIFEST, VERSION, ShardInfo, dtype_for_vocab, sha256_file
 from tokembed.shards.sources import InputFile
@@ -110,6 +111,8 @@ def folder_files(out: Path) -> tuple[list[Path], list[str]]:
                     ours.append(q)
                 else:
                     foreign.append(f"{p.name}/{q.name}")
+        elif p.name == LOCK_NAME:
+            continue  # held by this run: kept (see `tokembed._lock`)
         elif _own_file(p):
             ours.append(p)
         else:
@@ -164,7 +167,7 @@ def prepare_folder(out: Path, identity: dict[str, Any], *, overwrite: bool, rank
     if out.exists() and not out.is_dir():
         raise FileExistsError(f"output {out} is a file; give a folder path for the shards")
     out.mkdir(parents=True, exist_ok=True)
-    entries = sorted(p.name for p in out.iterdir())
+    entries = sorted(p.name for p in out.iterdir() if p.name != LOCK_NAME)
     ours, foreign = folder_files(out)
     if foreign:
         more = f", ... ({len(foreign)} in all)" if len(foreign) > 5 else ""

@@ -41,6 +41,7 @@ import numpy as np
 
 from tokembed._atomic import atomic_write_json
 from tokembed._checks import check_int
+from tokembed._lock import folder_lock
 from tokembed.shards.config import PrepareConfig
 from tokembed.shards.engines import ENGINES, make_engine
 from tokembed.shards.folder import (
@@ -173,15 +174,29 @@ def prepare_corpus(
     tok, dtype = tokenizer_entry(config.tokenizer)
     identity = run_identity(config, files, tok, dtype)
     refuse_inputs_inside(out, files)
-    if prepare_folder(out, identity, overwrite=overwrite, rank=rank, world_size=world_size):
-        return _already_done(out, rank, world_size, t0, skipped)
+    if out.exists() and not out.is_dir():
+        raise FileExistsError(f"output {out} is a file; give a folder path for the shards")
+    out.mkdir(parents=True, exist_ok=True)
+    run_options = {"overwrite": overwrite, "rank": rank, "world_size": world_size, "workers": workers}
+    with folder_lock(out, what="tokembed prepare", shared=world_size > 1):  # the ranks of a run share a folder
+        result = _prepare_locked(out, files, identity, config, dtype, engine, ray_address, progress, **run_options)
+    result.skipped_inputs = skipped
+    result.seconds = time.perf_counter() - t0
+    return result
+
+
+def _prepare_locked(out, files, identity, config, dtype, engine, ray_address, progress, **opts) -> PrepareResult:
+    """The run, with the folder locked: check the folder, tokenize what is not done, write the manifest."""
+    rank, world_size = opts["rank"], opts["world_size"]
+    if prepare_folder(out, identity, overwrite=opts["overwrite"], rank=rank, world_size=world_size):
+        return _already_done(out, rank, world_size)
     remove_leftovers(out, rank, world_size)
     atomic_write_json(out / PARTS / "plan.json", identity)
-    eng = make_engine(engine, workers=workers or os.cpu_count() or 1, config=config, ray_address=ray_address)
+    eng = make_engine(engine, workers=opts["workers"] or os.cpu_count() or 1, config=config, ray_address=ray_address)
     run = _Run(out, config, dtype, eng, Progress.start(files, progress), rank=rank, world_size=world_size)
     run.tokenize(files, carry=engine == "ray")  # Ray workers may not see the files: the driver ships the bytes
     result = run.result
-    result.inputs, result.skipped_inputs = identity["inputs"], skipped
+    result.inputs = identity["inputs"]
     remove_units_past(out, result.units, rank, world_size)
     if world_size == 1:
         result.manifest = _write_manifest(out, identity, run.records, result.units)
@@ -189,7 +204,6 @@ def prepare_corpus(
         partial = {**identity, "rank": rank, "world_size": world_size, "units": result.units}
         partial["records"] = sorted(run.records, key=lambda r: r["unit"])
         atomic_write_json(out / rank_manifest_name(rank, world_size), partial)
-    result.seconds = time.perf_counter() - t0
     return result
 
 
@@ -215,15 +229,14 @@ def _check_run_options(*, engine: str, workers: int, rank: int, world_size: int,
         )
 
 
-def _already_done(out: Path, rank: int, world_size: int, t0: float, skipped: list[str]) -> PrepareResult:
+def _already_done(out: Path, rank: int, world_size: int) -> PrepareResult:
     remove_leftovers(out, rank, world_size)
     manifest = None
     if (out / MANIFEST).is_file():
         shutil.rmtree(out / PARTS, ignore_errors=True)  # left by a run killed after its manifest
         manifest = json.loads((out / MANIFEST).read_text())
     n = manifest["units"] if manifest else 0
-    seconds = time.perf_counter() - t0
-    return PrepareResult(out, manifest, n, units_skipped=n, already_done=True, seconds=seconds, skipped_inputs=skipped)
+    return PrepareResult(out, manifest, n, units_skipped=n, already_done=True)
 
 
 def _write_manifest(out: Path, identity: dict[str, Any], records: list[dict[str, Any]], n_units: int) -> dict[str, Any]:
@@ -363,8 +376,9 @@ def merge_manifests(root: str | os.PathLike) -> dict[str, Any]:
                 )
     identity = {k: first[k] for k in ("format", "version", "tokenizer", "dtype", "config", "inputs")}
     manifest = assemble_manifest(identity, records, first["units"])
-    atomic_write_json(root / MANIFEST, manifest)
-    for p in paths:
-        p.unlink(missing_ok=True)
-    shutil.rmtree(root / PARTS, ignore_errors=True)
+    with folder_lock(root, what="tokembed merge"):  # no rank still writing, no other merge
+        atomic_write_json(root / MANIFEST, manifest)
+        for p in paths:
+            p.unlink(missing_ok=True)
+        shutil.rmtree(root / PARTS, ignore_errors=True)
     return manifest

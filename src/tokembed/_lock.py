@@ -1,0 +1,63 @@
+"""One writer per output folder: an advisory ``fcntl.flock`` on a lock file of tokembed's own.
+
+The lock file (``DIR/.tokembed.lock``) stays empty and is never removed: removing a lock file
+while another process waits on it would let two processes hold "the" lock on two different files.
+The kernel drops the lock when its holder exits, however it exits (kill -9 included), so a crash
+never leaves the folder locked.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+__all__ = ["LOCK_NAME", "folder_lock"]
+
+LOCK_NAME = ".tokembed.lock"
+
+
+def _holder(path: Path) -> str:
+    """The process holding a lock on ``path``, from ``/proc/locks`` (Linux); "another process" elsewhere."""
+    try:
+        inode = os.stat(path).st_ino
+        with open("/proc/locks", encoding="ascii") as f:
+            for line in f:
+                fields = line.split()  # 1: FLOCK ADVISORY WRITE 4242 08:01:1234 0 EOF
+                if len(fields) > 5 and fields[1] == "FLOCK" and fields[5].rsplit(":", 1)[-1] == str(inode):
+                    return f"process {fields[4]}"
+    except (OSError, ValueError):
+        pass
+    return "another process"
+
+
+@contextlib.contextmanager
+def folder_lock(folder: str | os.PathLike, *, what: str, shared: bool = False) -> Iterator[None]:
+    """Hold the lock of ``folder`` (which must exist) for the block.
+
+    Args:
+        folder: the output folder.
+        what: the command, for the message (``"tokembed prepare"``).
+        shared: a shared lock (ranks of one run write the same folder together); an exclusive lock
+            excludes every other holder.
+
+    Raises:
+        BlockingIOError: another process holds the lock; the message names it.
+    """
+    path = Path(folder) / LOCK_NAME
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+        except OSError as e:
+            if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise
+            raise BlockingIOError(
+                f"{folder} is being written by {_holder(path)} (it holds {path}); wait for it to finish, or use another output folder"
+            ) from None
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
