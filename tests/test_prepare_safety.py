@@ -6,9 +6,13 @@ behaviour the docs promise instead.
 
 from __future__ import annotations
 
+import json
 import os
+import random
+import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -178,3 +182,43 @@ def test_two_prepare_runs_at_once_never_break_each_other(tmp_path, story):
     if any(rc for rc, _ in results):  # the refused one, rerun, finds the work done
         subprocess.run([*cmd, "-q", "--shard-mb", "0.02"], check=True)
     assert check_shards(tmp_path / "o") == []
+
+
+# ------------------------------------------------------------------------------------------- Ctrl-C
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_prepare_in_bounded_time(tmp_path, story, spec_texts):
+    """Was: 1 in 115 SIGINTs to prepare's process group left it hanging after printing `interrupted`."""
+    (tmp_path / "in").mkdir()
+    rng = random.Random(int(os.environ.get("TOKEMBED_KILL_SEED", "1234")))
+    paras = [p for t in [story, *spec_texts] for p in t.split("\n\n") if p.strip()]
+    with open(tmp_path / "in" / "docs.jsonl", "w", encoding="utf-8") as f:
+        for _ in range(3000):
+            f.write(json.dumps({"text": "\n\n".join(rng.sample(paras, 3))}) + "\n")
+    for trial in range(TRIALS):
+        out = tmp_path / f"o{trial}"
+        cmd = [
+            sys.executable,
+            "-m",
+            "tokembed",
+            "prepare",
+            str(tmp_path / "in"),
+            "--out",
+            str(out),
+            "--shard-mb",
+            "0.05",
+        ]
+        proc = subprocess.Popen(
+            [*cmd, "--workers", "2", "-q"], start_new_session=True, stderr=subprocess.PIPE, text=True
+        )
+        time.sleep(rng.uniform(0.5, 2.5))
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C in a terminal: the whole group
+        try:
+            rc = proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            pytest.fail(f"trial {trial}: prepare still running 60 s after Ctrl-C")
+        assert rc in (0, 130), (trial, rc, proc.stderr.read())
+        subprocess.run([*cmd, "-q"], check=True)  # resumes
+        assert check_shards(out) == []

@@ -8,6 +8,7 @@ An engine takes parts to tokenize (`tokembed.shards.units.tokenize_unit`) and ha
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import threading
 import time
@@ -19,6 +20,7 @@ from tokembed.shards.units import tokenize_unit
 __all__ = ["ENGINES", "make_engine"]
 
 ENGINES = ("local", "ray")
+SHUTDOWN_SECONDS = 30.0  # an interrupted run waits at most this long for the parts its workers hold
 
 
 def _watch_parent(parent: int) -> None:
@@ -33,6 +35,7 @@ def _watch_parent(parent: int) -> None:
 
 
 def _worker_init(parent: int, tokenizer: str) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle: it stops the workers
     _watch_parent(parent)
     from tokembed.tokenizer import get_tokenizer
 
@@ -89,8 +92,22 @@ class _LocalEngine:
         return next(p for p in pending if p[0] in done)
 
     def close(self, cancel: bool = False):
-        if self.pool is not None:
-            self.pool.shutdown(wait=not cancel, cancel_futures=cancel)
+        if self.pool is None:
+            return
+        if not cancel:
+            self.pool.shutdown(wait=True)
+            return
+        # Interrupted or failed: queued parts are dropped and each worker finishes the part it holds (about
+        # PART_BYTES, a second or less), then exits. Terminating a worker instead may cut its result in half
+        # on the pipe, and the pool's manager thread then waits for the rest forever: the process hangs at
+        # exit. Workers ignore SIGINT (`_worker_init`) so that Ctrl-C cannot cut them either.
+        procs = list((getattr(self.pool, "_processes", None) or {}).values())
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        deadline = time.monotonic() + SHUTDOWN_SECONDS
+        for p in procs:
+            p.join(max(0.0, deadline - time.monotonic()))
+            if p.is_alive():  # stuck (say, on a hung network file system): stop it rather than wait forever
+                p.kill()
 
 
 class _Done:
