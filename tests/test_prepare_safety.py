@@ -17,6 +17,7 @@ import time
 import numpy as np
 import pytest
 
+import tokembed.shards.prepare as prep
 from tokembed.cli import main
 from tokembed.shards.check import check_shards
 from tokembed.shards.prepare import prepare_corpus
@@ -222,3 +223,61 @@ def test_ctrl_c_stops_prepare_in_bounded_time(tmp_path, story, spec_texts):
         assert rc in (0, 130), (trial, rc, proc.stderr.read())
         subprocess.run([*cmd, "-q"], check=True)  # resumes
         assert check_shards(out) == []
+
+
+# ------------------------------------------------------------------------------------------- changed inputs
+
+
+def test_an_input_edited_in_place_with_the_same_size_is_prepared_again(tmp_path):
+    """Was: the rerun said "already prepared with these inputs" and kept the old tokens."""
+    src = tmp_path / "a.txt"
+    src.write_text("hello world\n")
+    out = tmp_path / "o"
+    prepare_corpus([src], out, workers=1)
+    assert prepare_corpus([src], out, workers=1).already_done  # unchanged: nothing to do
+    src.write_text("jello world\n")  # same size
+    res = prepare_corpus([src], out, workers=1)
+    assert not res.already_done and res.units_done == 1
+    assert documents(out) == ["jello world\n"] and check_shards(out) == []
+    fresh = tmp_path / "fresh"
+    prepare_corpus([src], fresh, workers=1)
+    assert (out / "manifest.json").read_bytes() == (fresh / "manifest.json").read_bytes()  # as if made anew
+    assert prepare_corpus([src], out, workers=1).already_done
+
+
+def test_different_data_on_stdin_is_prepared_again(tmp_path):
+    out = tmp_path / "o"
+    cmd = [sys.executable, "-m", "tokembed", "prepare", "-", "--out", str(out), "-q", "--workers", "1"]
+    subprocess.run(cmd, input=b"a b\n", check=True)
+    subprocess.run(cmd, input=b"c d\n", check=True)
+    assert documents(out) == ["c d\n"]
+
+
+def test_a_run_killed_while_redoing_a_changed_folder_resumes(tmp_path, monkeypatch):
+    src = tmp_path / "a.txt"
+    src.write_text("one two three " * 2000)
+    out = tmp_path / "o"
+    prepare_corpus([src], out, workers=1, shard_mb=0.004)
+    src.write_text("one two THREE " * 2000)  # the same size
+
+    class Killed(Exception):
+        pass
+
+    real, calls = prep.write_unit, []
+
+    def dying(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise Killed
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(prep, "write_unit", dying)
+    with pytest.raises(Killed):
+        prepare_corpus([src], out, workers=1, shard_mb=0.004)
+    monkeypatch.undo()
+    assert not (out / "manifest.json").exists()  # an unfinished run now, never a stale finished folder
+    prepare_corpus([src], out, workers=1, shard_mb=0.004)
+    fresh = tmp_path / "fresh"
+    prepare_corpus([src], fresh, workers=1, shard_mb=0.004)
+    assert (out / "manifest.json").read_bytes() == (fresh / "manifest.json").read_bytes()
+    assert documents(out) == ["one two THREE " * 2000]

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from tokembed._atomic import atomic_write, atomic_write_json, is_temp_file
+from tokembed._atomic import atomic_write, atomic_write_json, fsync_dir, is_temp_file
 from tokembed._lock import LOCK_NAME
 from tokembed.shards.config import PrepareConfig
 from tokembed.shards.format import FORMAT, INDEX_DTYPE, MANIFEST, VERSION, ShardInfo, dtype_for_vocab, sha256_file
@@ -27,6 +27,7 @@ __all__ = [
     "PARTS",
     "assemble_manifest",
     "folder_files",
+    "inputs_changed",
     "load_record",
     "prepare_folder",
     "rank_manifest_name",
@@ -162,7 +163,26 @@ def remove_leftovers(out: Path, rank: int = 0, world_size: int = 1) -> None:
                 p.unlink(missing_ok=True)
 
 
-def prepare_folder(out: Path, identity: dict[str, Any], *, overwrite: bool, rank: int, world_size: int) -> bool:
+def inputs_changed(manifest: dict[str, Any], files: Sequence[InputFile]) -> bool:
+    """Whether a finished folder's inputs may have changed since it was made with the same paths and sizes
+    (else its identity differs): standard input (only its bytes can tell), or a file modified since."""
+    if any(f.size is None for f in files):
+        return True
+    if "input_mtimes" not in manifest:
+        return False  # made by a tokembed that recorded no times: nothing to compare with
+    return manifest["input_mtimes"] != [f.mtime_ns for f in files]
+
+
+def _reopen(out: Path, identity: dict[str, Any]) -> None:
+    """Turn a finished folder whose inputs changed into an unfinished run of the same plan, done again."""
+    atomic_write_json(out / PARTS / "plan.json", identity)
+    (out / MANIFEST).unlink()  # last: a crash before here leaves the finished folder, found changed again
+    fsync_dir(out)
+
+
+def prepare_folder(
+    out: Path, identity: dict[str, Any], files: Sequence[InputFile], *, overwrite: bool, rank: int, world_size: int
+) -> bool:
     """Check ``out`` against this run. Returns True when the work is already complete."""
     if out.exists() and not out.is_dir():
         raise FileExistsError(f"output {out} is a file; give a folder path for the shards")
@@ -196,6 +216,9 @@ def prepare_folder(out: Path, identity: dict[str, Any], *, overwrite: bool, rank
     if (out / MANIFEST).is_file():
         if overwrite:
             _clear(out, ours)
+            return False
+        if world_size == 1 and inputs_changed(load_record(out / MANIFEST) or {}, files):
+            _reopen(out, identity)  # tokenized again; unchanged shards are rewritten with the same bytes
             return False
         return True
     if world_size > 1 and (out / rank_manifest_name(rank, world_size)).is_file() and not overwrite:
@@ -286,7 +309,11 @@ def remove_units_past(out: Path, n_units: int, rank: int, world_size: int) -> No
         remove_unit_files(out, uid, record=True)
 
 
-def assemble_manifest(identity: dict[str, Any], records: list[dict[str, Any]], n_units: int) -> dict[str, Any]:
+def assemble_manifest(
+    identity: dict[str, Any], records: list[dict[str, Any]], n_units: int, mtimes: list[int | None] | None = None
+) -> dict[str, Any]:
+    """The manifest of a finished run, from its unit records, with the inputs' modification times (``mtimes``:
+    a rerun after an input was edited in place, keeping its size, sees from them that the folder is stale)."""
     records = sorted(records, key=lambda r: r["unit"])
     if [r["unit"] for r in records] != list(range(n_units)):
         missing = sorted(set(range(n_units)) - {r["unit"] for r in records})
@@ -306,4 +333,5 @@ def assemble_manifest(identity: dict[str, Any], records: list[dict[str, Any]], n
         for i, st in r["stats"].items():
             for k, v in st.items():
                 inputs[int(i)][k] += v
-    return {**identity, "inputs": inputs, "units": n_units, "splits": splits}
+    times = {} if mtimes is None else {"input_mtimes": mtimes}
+    return {**identity, "inputs": inputs, "units": n_units, "splits": splits, **times}

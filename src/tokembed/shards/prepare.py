@@ -188,7 +188,7 @@ def prepare_corpus(
 def _prepare_locked(out, files, identity, config, dtype, engine, ray_address, progress, **opts) -> PrepareResult:
     """The run, with the folder locked: check the folder, tokenize what is not done, write the manifest."""
     rank, world_size = opts["rank"], opts["world_size"]
-    if prepare_folder(out, identity, overwrite=opts["overwrite"], rank=rank, world_size=world_size):
+    if prepare_folder(out, identity, files, overwrite=opts["overwrite"], rank=rank, world_size=world_size):
         return _already_done(out, rank, world_size)
     remove_leftovers(out, rank, world_size)
     atomic_write_json(out / PARTS / "plan.json", identity)
@@ -199,9 +199,10 @@ def _prepare_locked(out, files, identity, config, dtype, engine, ray_address, pr
     result.inputs = identity["inputs"]
     remove_units_past(out, result.units, rank, world_size)
     if world_size == 1:
-        result.manifest = _write_manifest(out, identity, run.records, result.units)
+        result.manifest = _write_manifest(out, identity, run.records, result.units, [f.mtime_ns for f in files])
     else:
         partial = {**identity, "rank": rank, "world_size": world_size, "units": result.units}
+        partial["input_mtimes"] = [f.mtime_ns for f in files]
         partial["records"] = sorted(run.records, key=lambda r: r["unit"])
         atomic_write_json(out / rank_manifest_name(rank, world_size), partial)
     return result
@@ -239,8 +240,10 @@ def _already_done(out: Path, rank: int, world_size: int) -> PrepareResult:
     return PrepareResult(out, manifest, n, units_skipped=n, already_done=True)
 
 
-def _write_manifest(out: Path, identity: dict[str, Any], records: list[dict[str, Any]], n_units: int) -> dict[str, Any]:
-    manifest = assemble_manifest(identity, records, n_units)
+def _write_manifest(
+    out: Path, identity: dict[str, Any], records: list[dict[str, Any]], n_units: int, mtimes
+) -> dict[str, Any]:
+    manifest = assemble_manifest(identity, records, n_units, mtimes)
     atomic_write_json(out / MANIFEST, manifest)
     shutil.rmtree(out / PARTS, ignore_errors=True)
     for p in out.glob("manifest.rank-*.json"):
@@ -375,7 +378,7 @@ def merge_manifests(root: str | os.PathLike) -> dict[str, Any]:
                     f"shard {s.tokens} of unit {r['unit']} is missing or incomplete in {root}; copy every rank's folder into it, then merge again"
                 )
     identity = {k: first[k] for k in ("format", "version", "tokenizer", "dtype", "config", "inputs")}
-    manifest = assemble_manifest(identity, records, first["units"])
+    manifest = assemble_manifest(identity, records, first["units"], first.get("input_mtimes"))
     with folder_lock(root, what="tokembed merge"):  # no rank still writing, no other merge
         atomic_write_json(root / MANIFEST, manifest)
         for p in paths:

@@ -65,12 +65,14 @@ class InputFile:
         format: ``"text"`` (one document per file) or ``"jsonl"`` (one per line).
         compressed: gzip-compressed.
         size: bytes on disk (``None`` for standard input).
+        mtime_ns: last modification time (``None`` for standard input); not part of `identity`.
     """
 
     path: str
     format: str
     compressed: bool
     size: int | None
+    mtime_ns: int | None = None
 
     def identity(self) -> dict:
         return {"path": self.path, "format": self.format, "compressed": self.compressed, "bytes": self.size}
@@ -193,7 +195,7 @@ class _Found:
         if not os.access(path, os.R_OK):
             raise PermissionError(f"{path} cannot be read (permission denied); fix its permissions or leave it out")
         st = os.stat(path)
-        key, new = (st.st_dev, st.st_ino), InputFile(os.path.normpath(path), fmt[0], fmt[1], st.st_size)
+        key, new = (st.st_dev, st.st_ino), InputFile(os.path.normpath(path), fmt[0], fmt[1], st.st_size, st.st_mtime_ns)
         old = self.by_real.get(key)
         if old is None:
             self.by_real[key] = new
