@@ -122,7 +122,7 @@ def run_prepare(args: argparse.Namespace) -> int:
 
 def run_check(args: argparse.Namespace) -> int:
     from tokembed.data.stats import shard_stats
-    from tokembed.shards.check import check_shards
+    from tokembed.shards.check import check_shards, manifest_sealed
 
     problems = check_shards(args.dir)
     if problems:
@@ -133,6 +133,13 @@ def run_check(args: argparse.Namespace) -> int:
     st = shard_stats(args.dir, max_length=None)
     sizes = ", ".join(f"{k}: {v['shards']} shards, {v['tokens']:,} tokens" for k, v in st["splits"].items())
     print(f"{args.dir}: OK ({sizes})")
+    if not manifest_sealed(args.dir):
+        print(
+            f"note: {args.dir / 'manifest.json'} has no manifest_sha256 (an older tokembed wrote it): its content was "
+            "checked against the schema, but an edit that leaves it well formed cannot be detected; "
+            "`tokembed prepare ... --overwrite` writes it anew with one",
+            file=sys.stderr,
+        )
     return 0
 
 

@@ -9,9 +9,11 @@ from typing import Any
 import numpy as np
 
 from tokembed._atomic import is_temp_file
-from tokembed.shards.format import INDEX_DTYPE, ShardInfo, read_manifest, sha256_file
+from tokembed._lock import LOCK_NAME
+from tokembed.shards.format import INDEX_DTYPE, MANIFEST, ShardInfo, load_manifest, seal_problems, sha256_file
+from tokembed.shards.schema import MANIFEST_HASH, manifest_problems
 
-__all__ = ["check_shards", "check_split", "shard_file_problems"]
+__all__ = ["check_shards", "check_split", "manifest_sealed", "shard_file_problems"]
 
 
 def shard_file_problems(root: Path, s: ShardInfo, itemsize: int) -> list[str]:
@@ -101,46 +103,74 @@ def check_split(root: Path, manifest: dict[str, Any], split: str, *, full: bool)
 
 
 def check_shards(root: str | os.PathLike) -> list[str]:
-    """Verify a shard folder: structure, counts, sizes, checksums and document boundaries.
+    """Verify a shard folder: the manifest (schema and seal), counts, sizes, checksums, document boundaries,
+    and that the folder holds nothing else.
 
     Returns:
-        One line per problem, naming the damaged or missing file; empty when the folder is healthy.
-        A single flipped byte in any token or index file is found (sha256).
+        One line per problem, naming the damaged, missing or stray file; empty when the folder is healthy.
+        A single flipped byte in any token or index file is found (sha256), and any change to the content
+        of a manifest that carries its ``manifest_sha256`` (a manifest without one, from a tokembed before
+        it existed, is checked against the schema only: see `manifest_sealed`).
     """
     root = Path(root)
     try:
-        manifest = read_manifest(root)
+        manifest = load_manifest(root)
     except (FileNotFoundError, NotADirectoryError, ValueError) as e:
         return [str(e)]
-    problems: list[str] = []
-    tok = manifest["tokenizer"]
-    try:
-        from tokembed.tokenizer import get_tokenizer, tokenizer_hash
-
-        enc = get_tokenizer(tok.get("name"))
-    except (ValueError, FileNotFoundError):
-        enc = None  # a tokenizer this machine cannot build: its hash cannot be compared
-    if enc is not None and tok.get("hash") != tokenizer_hash(enc):
-        problems.append(
-            f"manifest: tokenizer hash {tok.get('hash')!r} differs from the installed {tok.get('name')!r} tokenizer's {tokenizer_hash(enc)!r}"
-        )
-    if not isinstance(manifest["splits"], dict):
-        return problems + ["manifest: 'splits' is not an object"]
+    changed, malformed = seal_problems(root, manifest), manifest_problems(manifest)
+    if malformed:
+        return changed + malformed  # the files cannot be checked against a malformed manifest
+    problems = changed + _tokenizer_problems(manifest["tokenizer"])
     listed: set[str] = set()
     for split in manifest["splits"]:
         problems += check_split(root, manifest, split, full=True)
-        for d in manifest["splits"][split].get("shards", []):
-            listed.update((d.get("tokens"), d.get("index")))
+        for d in manifest["splits"][split]["shards"]:
+            listed.update((d["tokens"], d["index"]))
+    return problems + _input_count_problems(manifest) + _stray_problems(root, manifest, listed)
+
+
+def manifest_sealed(root: str | os.PathLike) -> bool:
+    """Whether the folder's manifest carries its ``manifest_sha256`` (manifests written before it do not)."""
+    return MANIFEST_HASH in load_manifest(Path(root))
+
+
+def _tokenizer_problems(tok: dict[str, Any]) -> list[str]:
+    try:
+        from tokembed.tokenizer import get_tokenizer, tokenizer_hash
+
+        enc = get_tokenizer(tok["name"])
+    except (ValueError, FileNotFoundError):
+        return []  # a tokenizer this machine cannot build: its hash cannot be compared
+    if tok["hash"] != tokenizer_hash(enc):
+        return [
+            f"manifest: tokenizer hash {tok['hash']!r} differs from the installed {tok['name']!r} tokenizer's {tokenizer_hash(enc)!r}"
+        ]
+    return []
+
+
+def _input_count_problems(manifest: dict[str, Any]) -> list[str]:
+    """Per-input counts (tokens without separators) must add up to the splits (one separator per document)."""
     inputs = manifest.get("inputs") or []
-    if inputs and all(isinstance(f, dict) and "documents" in f and "tokens" in f for f in inputs):
-        # Per-input counts (tokens without separators) must add up to the splits (one separator per document).
-        docs = sum(s.get("documents", 0) for s in manifest["splits"].values())
-        toks = sum(s.get("tokens", 0) for s in manifest["splits"].values())
-        in_docs = sum(f["documents"] for f in inputs)
-        in_toks = sum(f["tokens"] for f in inputs)
-        if in_docs != docs or in_toks + in_docs != toks:
+    if not (inputs and all("documents" in f and "tokens" in f for f in inputs)):
+        return []
+    docs = sum(s["documents"] for s in manifest["splits"].values())
+    toks = sum(s["tokens"] for s in manifest["splits"].values())
+    in_docs = sum(f["documents"] for f in inputs)
+    in_toks = sum(f["tokens"] for f in inputs)
+    if in_docs != docs or in_toks + in_docs != toks:
+        return [
+            f"manifest: the inputs count {in_docs} documents and {in_toks} tokens, the splits {docs} documents and {toks} tokens with separators"
+        ]
+    return []
+
+
+def _stray_problems(root: Path, manifest: dict[str, Any], listed: set[str]) -> list[str]:
+    """Files in the folder that the manifest does not list (temporary files of interrupted writes aside)."""
+    problems = []
+    for p in sorted(root.iterdir()):
+        if p.name not in (MANIFEST, LOCK_NAME, *manifest["splits"]) and not is_temp_file(p.name):
             problems.append(
-                f"manifest: the inputs count {in_docs} documents and {in_toks} tokens, the splits {docs} documents and {toks} tokens with separators"
+                f"{p.name}: not part of the shard folder (a stray {'folder' if p.is_dir() else 'file'}; move it away)"
             )
     for split in manifest["splits"]:
         folder = root / split

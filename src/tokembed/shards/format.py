@@ -31,6 +31,8 @@ from typing import Any
 
 import numpy as np
 
+from tokembed.shards.schema import MANIFEST_HASH, manifest_digest, manifest_problems
+
 __all__ = [
     "FORMAT",
     "INDEX_DTYPE",
@@ -40,7 +42,9 @@ __all__ = [
     "ShardInfo",
     "CHECK_HINT",
     "dtype_for_vocab",
+    "load_manifest",
     "read_manifest",
+    "seal_problems",
     "sha256_file",
 ]
 
@@ -109,14 +113,8 @@ def sha256_file(path: str | os.PathLike, *, chunk: int = 1 << 22) -> str:
 # ----------------------------------------------------------------------------------------------- manifest
 
 
-def read_manifest(root: str | os.PathLike) -> dict[str, Any]:
-    """Load and validate the top level of ``root/manifest.json``.
-
-    Raises:
-        NotADirectoryError / FileNotFoundError: ``root`` is not a folder, or has no manifest.
-        ValueError: the manifest is not valid JSON, not a tokembed shard manifest, or of an unknown version.
-    """
-    root = Path(root)
+def load_manifest(root: Path) -> dict[str, Any]:
+    """Parse ``root/manifest.json`` and check its format and version (its content: `read_manifest`)."""
     if not root.is_dir():
         if root.exists():
             raise NotADirectoryError(
@@ -135,7 +133,7 @@ def read_manifest(root: str | os.PathLike) -> dict[str, Any]:
         raise FileNotFoundError(f"{path} not found: {root} is not a finished shard folder{hint}")
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
         raise ValueError(f"{path} is not valid JSON ({e}); {CHECK_HINT.format(root=root)}") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise ValueError(
@@ -146,9 +144,30 @@ def read_manifest(root: str | os.PathLike) -> dict[str, Any]:
             f"{path} has shard format version {manifest.get('version')!r}; this tokembed reads versions {', '.join(map(str, READABLE_VERSIONS))}: "
             "upgrade tokembed, or re-create the shards with this version's `tokembed prepare`"
         )
-    for key in ("tokenizer", "dtype", "splits"):
-        if key not in manifest:
-            raise ValueError(f"{path} lacks {key!r}; {CHECK_HINT.format(root=root)}")
-    if manifest["dtype"] not in ("uint16", "uint32"):
-        raise ValueError(f"{path} has dtype {manifest['dtype']!r}; expected 'uint16' or 'uint32'")
+    return manifest
+
+
+def seal_problems(root: Path, manifest: dict[str, Any]) -> list[str]:
+    """A line when the manifest's content no longer matches its ``manifest_sha256`` (none without one)."""
+    if MANIFEST_HASH in manifest and manifest[MANIFEST_HASH] != manifest_digest(manifest):
+        return [
+            f"{root / MANIFEST}: its content does not match its {MANIFEST_HASH} (it was changed after prepare wrote it)"
+        ]
+    return []
+
+
+def read_manifest(root: str | os.PathLike) -> dict[str, Any]:
+    """Load and validate ``root/manifest.json``: format, version, schema (`tokembed.shards.schema`) and seal.
+
+    Raises:
+        NotADirectoryError / FileNotFoundError: ``root`` is not a folder, or has no manifest.
+        ValueError: the manifest is not valid JSON, not a tokembed shard manifest, of an unknown version,
+            malformed (the first problem is named), or changed since prepare wrote it.
+    """
+    root = Path(root)
+    manifest = load_manifest(root)
+    problems = manifest_problems(manifest) or seal_problems(root, manifest)
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise ValueError(f"{root / MANIFEST} is damaged: {problems[0]}{more}; {CHECK_HINT.format(root=root)}")
     return manifest

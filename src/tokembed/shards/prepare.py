@@ -60,6 +60,7 @@ from tokembed.shards.folder import (
 )
 from tokembed.shards.format import MANIFEST, ShardInfo
 from tokembed.shards.progress import Progress
+from tokembed.shards.schema import seal
 from tokembed.shards.sources import InputFile, find_inputs
 from tokembed.shards.units import Unit, iter_units, join_parts, trim_heap, unit_input_hash, unit_parts
 
@@ -243,7 +244,7 @@ def _already_done(out: Path, rank: int, world_size: int) -> PrepareResult:
 def _write_manifest(
     out: Path, identity: dict[str, Any], records: list[dict[str, Any]], n_units: int, mtimes
 ) -> dict[str, Any]:
-    manifest = assemble_manifest(identity, records, n_units, mtimes)
+    manifest = seal(assemble_manifest(identity, records, n_units, mtimes))
     atomic_write_json(out / MANIFEST, manifest)
     shutil.rmtree(out / PARTS, ignore_errors=True)
     for p in out.glob("manifest.rank-*.json"):
@@ -378,7 +379,7 @@ def merge_manifests(root: str | os.PathLike) -> dict[str, Any]:
                     f"shard {s.tokens} of unit {r['unit']} is missing or incomplete in {root}; copy every rank's folder into it, then merge again"
                 )
     identity = {k: first[k] for k in ("format", "version", "tokenizer", "dtype", "config", "inputs")}
-    manifest = assemble_manifest(identity, records, first["units"], first.get("input_mtimes"))
+    manifest = seal(assemble_manifest(identity, records, first["units"], first.get("input_mtimes")))
     with folder_lock(root, what="tokembed merge"):  # no rank still writing, no other merge
         atomic_write_json(root / MANIFEST, manifest)
         for p in paths:

@@ -1,0 +1,227 @@
+"""The manifest's schema and seal: every key, type and range a shard folder's ``manifest.json`` may hold.
+
+`manifest_problems` lists what is wrong with a parsed manifest (one line each, naming the key); the
+checks of the files against it are `tokembed.shards.check.check_shards`'s. `seal` adds ``manifest_sha256``,
+the sha256 of the manifest's canonical JSON (keys sorted, no whitespace, the seal itself left out):
+any change to the content breaks it, while a change of layout alone (indentation, key order) is
+harmless and leaves it valid. Manifests written before the seal existed have none; their content is
+validated all the same, and ``tokembed check`` says that edits to them cannot be detected.
+
+Each entry is checked by a small function; the tokenizer entry's fields are listed in `TOKENIZER_FIELDS`
+(add a field there when the tokenizer entry grows).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["MANIFEST_HASH", "TOKENIZER_FIELDS", "manifest_digest", "manifest_problems", "seal"]
+
+MANIFEST_HASH = "manifest_sha256"
+DTYPE_BYTES = {"uint16": 2, "uint32": 4}
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+_SHARD = re.compile(r"(?P<split>[^/]+)/(?P<n>\d{5})\.(?P<ext>bin|idx)")
+
+
+def _is_int(v: Any, lo: int = 0) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= lo
+
+
+def _is_str(v: Any) -> bool:
+    return isinstance(v, str) and bool(v)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+# The tokenizer entry: field -> (check, what it must be). Add fields here when the entry grows.
+TOKENIZER_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "name": (_is_str, "a non-empty string"),
+    "n_vocab": (lambda v: _is_int(v, 1), "an integer >= 1"),
+    "eot_token": (_is_int, "an integer >= 0"),
+    "hash": (_is_str, "a non-empty string"),
+}
+
+# PrepareConfig's fields, as recorded by prepare (an empty config: a folder written by other tools).
+CONFIG_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "tokenizer": (_is_str, "a non-empty string"),
+    "field": (_is_str, "a non-empty string"),
+    "format": (lambda v: v in ("auto", "text", "jsonl"), "'auto', 'text' or 'jsonl'"),
+    "val_fraction": (lambda v: _is_number(v) and 0 <= v < 1, "a number in [0, 1)"),
+    "shard_mb": (lambda v: _is_number(v) and v > 0, "a number > 0"),
+    "strict": (lambda v: isinstance(v, bool), "true or false"),
+    "skip_bad_lines": (lambda v: isinstance(v, bool), "true or false"),
+}
+
+SHARD_FIELDS = ("tokens", "index", "n_tokens", "n_documents", "bytes", "sha256", "index_sha256")
+INPUT_COUNTS = ("documents", "tokens", "chars", "text_bytes", "empty", "replaced", "bad_lines")
+
+
+def manifest_digest(manifest: dict[str, Any]) -> str:
+    """sha256 of the manifest's canonical JSON, without its seal."""
+    body = {k: v for k, v in manifest.items() if k != MANIFEST_HASH}
+    return hashlib.sha256(
+        json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    ).hexdigest()
+
+
+def seal(manifest: dict[str, Any]) -> dict[str, Any]:
+    """The manifest with its ``manifest_sha256``."""
+    return {**manifest, MANIFEST_HASH: manifest_digest(manifest)}
+
+
+def _fields(where: str, entry: Any, fields: dict[str, tuple[Callable[[Any], bool], str]]) -> list[str]:
+    if not isinstance(entry, dict):
+        return [f"{where} is not an object"]
+    problems = [f"{where} lacks {k!r}" for k in fields if k not in entry]
+    problems += [
+        f"{where}: {k!r} must be {what}, got {entry[k]!r}"
+        for k, (ok, what) in fields.items()
+        if k in entry and not ok(entry[k])
+    ]
+    problems += [f"{where}: unknown key {k!r}" for k in entry if k not in fields]
+    return problems
+
+
+def _tokenizer_problems(tok: Any, dtype: Any) -> list[str]:
+    problems = _fields("manifest 'tokenizer'", tok, TOKENIZER_FIELDS)
+    if problems:
+        return problems
+    if tok["eot_token"] >= tok["n_vocab"]:
+        problems.append(
+            f"manifest 'tokenizer': eot_token {tok['eot_token']} is outside the vocabulary (n_vocab {tok['n_vocab']})"
+        )
+    if dtype in DTYPE_BYTES and tok["n_vocab"] > 2 ** (8 * DTYPE_BYTES[dtype]):
+        problems.append(f"manifest: dtype {dtype} cannot hold the ids of a vocabulary of {tok['n_vocab']}")
+    return problems
+
+
+def _shard_problems(split: str, shards: Any) -> list[str]:
+    """Shard entries: complete, typed, named ``SPLIT/NNNNN.bin|idx`` in increasing order of NNNNN."""
+    if not isinstance(shards, list):
+        return [f"split {split!r}: 'shards' is not a list"]
+    problems, last = [], -1
+    for i, d in enumerate(shards):
+        where = f"split {split!r}, shard entry {i}"
+        if not isinstance(d, dict) or any(k not in d for k in SHARD_FIELDS):
+            problems.append(
+                f"{where} lacks {', '.join(k for k in SHARD_FIELDS if not isinstance(d, dict) or k not in d)}"
+            )
+            continue
+        t, x = _SHARD.fullmatch(str(d["tokens"])), _SHARD.fullmatch(str(d["index"]))
+        if not (
+            t
+            and x
+            and t["split"] == split == x["split"]
+            and t["ext"] == "bin"
+            and x["ext"] == "idx"
+            and t["n"] == x["n"]
+        ):
+            problems.append(
+                f"{where}: files {d['tokens']!r} and {d['index']!r} are not {split}/NNNNN.bin and {split}/NNNNN.idx"
+            )
+        elif int(t["n"]) <= last:
+            problems.append(
+                f"{where}: {d['tokens']} comes after shard {last:05d}; shards must be listed in increasing order"
+            )
+        else:
+            last = int(t["n"])
+        for k in ("n_tokens", "n_documents", "bytes"):
+            if not _is_int(d[k]):
+                problems.append(f"{where}: {k!r} must be an integer >= 0, got {d[k]!r}")
+        for k in ("sha256", "index_sha256"):
+            if not (isinstance(d[k], str) and _SHA256.fullmatch(d[k])):
+                problems.append(f"{where}: {k!r} must be 64 lowercase hex digits, got {d[k]!r}")
+    return problems
+
+
+def _splits_problems(splits: Any) -> list[str]:
+    if not isinstance(splits, dict) or not splits:
+        return ["manifest 'splits' must be an object with at least one split"]
+    problems = []
+    for split, entry in splits.items():
+        if not isinstance(entry, dict) or any(k not in entry for k in ("tokens", "documents", "shards")):
+            problems.append(f"split {split!r} must have 'tokens', 'documents' and 'shards'")
+            continue
+        problems += [
+            f"split {split!r}: {k!r} must be an integer >= 0, got {entry[k]!r}"
+            for k in ("tokens", "documents")
+            if not _is_int(entry[k])
+        ]
+        problems += _shard_problems(split, entry["shards"])
+    return problems
+
+
+def _units_problems(manifest: dict[str, Any]) -> list[str]:
+    units = manifest["units"]
+    if not _is_int(units):
+        return [f"manifest: 'units' must be an integer >= 0, got {units!r}"]
+    names = [
+        d.get("tokens")
+        for e in manifest["splits"].values()
+        if isinstance(e, dict)
+        for d in e.get("shards", [])
+        if isinstance(d, dict)
+    ]
+    beyond = [n for n in names if (m := _SHARD.fullmatch(str(n))) and int(m["n"]) >= units]
+    return [f"manifest: shard {beyond[0]} is numbered beyond the {units} units of the run"] if beyond else []
+
+
+def _inputs_problems(inputs: Any) -> list[str]:
+    if not isinstance(inputs, list):
+        return ["manifest 'inputs' is not a list"]
+    problems = []
+    for i, f in enumerate(inputs):
+        where = f"manifest input {i}"
+        if not isinstance(f, dict) or not _is_str(f.get("path")):
+            problems.append(f"{where} has no 'path'")
+            continue
+        if f.get("format") not in ("text", "jsonl") or not isinstance(f.get("compressed"), bool):
+            problems.append(f"{where} ({f['path']}): 'format' must be 'text' or 'jsonl' and 'compressed' true or false")
+        if "bytes" in f and f["bytes"] is not None and not _is_int(f["bytes"]):
+            problems.append(f"{where} ({f['path']}): 'bytes' must be an integer >= 0 or null, got {f['bytes']!r}")
+        problems += [
+            f"{where} ({f['path']}): {k!r} must be an integer >= 0, got {f[k]!r}"
+            for k in INPUT_COUNTS
+            if k in f and not _is_int(f[k])
+        ]
+    return problems
+
+
+def manifest_problems(manifest: Any) -> list[str]:
+    """What is wrong with a parsed manifest's structure: missing keys, wrong types, values out of range,
+    shard entries misnamed or out of order. Empty when it is well formed (its seal is checked apart)."""
+    if not isinstance(manifest, dict):
+        return ["manifest is not a JSON object"]
+    required = ("format", "version", "tokenizer", "dtype", "splits")
+    problems = [f"manifest lacks {k!r}" for k in required if k not in manifest]
+    if problems:
+        return problems
+    dtype = manifest["dtype"]
+    if dtype not in DTYPE_BYTES:
+        problems.append(f"manifest: dtype must be 'uint16' or 'uint32', got {dtype!r}")
+    problems += _tokenizer_problems(manifest["tokenizer"], dtype)
+    problems += _splits_problems(manifest["splits"])
+    if "inputs" in manifest:
+        problems += _inputs_problems(manifest["inputs"])
+    if manifest.get("config"):
+        problems += _fields("manifest 'config'", manifest["config"], CONFIG_FIELDS)
+    if "units" in manifest:
+        problems += _units_problems(manifest)
+    mtimes = manifest.get("input_mtimes")
+    if mtimes is not None and not (
+        isinstance(mtimes, list)
+        and len(mtimes) == len(manifest.get("inputs", []))
+        and all(m is None or _is_int(m) for m in mtimes)
+    ):
+        problems.append("manifest: 'input_mtimes' must list one time (an integer, or null) per input")
+    if MANIFEST_HASH in manifest and not (
+        isinstance(manifest[MANIFEST_HASH], str) and _SHA256.fullmatch(manifest[MANIFEST_HASH])
+    ):
+        problems.append(f"manifest: {MANIFEST_HASH!r} must be 64 lowercase hex digits")
+    return problems
