@@ -93,7 +93,14 @@ class ShardSet:
     def index(self, i: int) -> np.ndarray:
         """Shard ``i``'s document starts, relative to the shard: int64 ``(n_documents_i,)``."""
         info = self.shards[i]
-        return np.fromfile(self.root / info.index, dtype=INDEX_DTYPE, count=info.n_documents)
+        idx = np.fromfile(self.root / info.index, dtype=INDEX_DTYPE, count=info.n_documents)
+        # Cheap (O(documents)) and it keeps a damaged index from sending readers out of the shard.
+        if len(idx) and (idx[0] < 0 or idx[-1] >= info.n_tokens or np.any(np.diff(idx) < 1)):
+            raise ValueError(
+                f"{self.root / info.index} is damaged: its document starts are not strictly increasing within the "
+                f"shard's {info.n_tokens} tokens; {CHECK_HINT.format(root=self.root)}"
+            )
+        return idx
 
     def doc_starts(self) -> np.ndarray:
         """Global offsets of every document start over the concatenated split: int64 ``(n_documents,)``."""
