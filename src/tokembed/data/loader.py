@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from tokembed._checks import check_positive_int
+from tokembed._checks import check_bool, check_positive_int
 from tokembed.data.plan import RankPlan, rank_plan
 from tokembed.data.shuffle import FeistelPermutation
 from tokembed.data.windows import SlidingWindowDataset
@@ -94,6 +94,8 @@ class LoaderConfig:
 
     def __post_init__(self) -> None:
         check_positive_int("batch_size", self.batch_size)
+        for name in ("shuffle", "drop_last", "pin_memory"):
+            check_bool(name, getattr(self, name))
         if isinstance(self.seed, bool) or not isinstance(self.seed, numbers.Integral) or self.seed < 0:
             raise ValueError(f"seed must be an integer >= 0, got {self.seed!r}")
         if (
@@ -370,7 +372,7 @@ def create_dataloader(
     rank: int | None = None,
     world_size: int | None = None,
     within_documents: bool = False,
-    split: str = "train",
+    split: str | None = None,
     verify: bool = False,
     pin_memory: bool = False,
     prefetch_factor: int | None = None,
@@ -404,11 +406,11 @@ def create_dataloader(
     # Options first: a bad one is reported before a text is tokenized or shards are opened.
     config = LoaderConfig(
         batch_size=batch_size,
-        shuffle=bool(shuffle),
+        shuffle=shuffle,
         seed=seed,
-        drop_last=bool(drop_last),
+        drop_last=drop_last,
         num_workers=num_workers,
-        pin_memory=bool(pin_memory),
+        pin_memory=pin_memory,
         prefetch_factor=prefetch_factor,
         multiprocessing_context=multiprocessing_context,
     )
@@ -419,6 +421,12 @@ def create_dataloader(
                 raise ValueError(
                     f"{name}={value} differs from the dataset's {name}={getattr(source, name)}; leave it out or build the dataset with it"
                 )
+        given = {"within_documents": within_documents, "split": split, "verify": verify}
+        if any(v not in (None, False) for v in given.values()):
+            raise ValueError(
+                f"{', '.join(f'{k}={v!r}' for k, v in given.items() if v not in (None, False))} applies when "
+                "create_dataloader builds the dataset; this one is built already: build it with that option"
+            )
         dataset = source
     else:
         if max_length is None:

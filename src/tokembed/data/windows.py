@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import numbers
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,7 +19,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from tokembed._checks import check_positive_int
+from tokembed._checks import check_bool, check_positive_int
 from tokembed.data.plan import window_count
 from tokembed.shards import format as shard_format
 from tokembed.shards import reader as shard_reader
@@ -97,6 +98,64 @@ def _collate_windows(batch):
 GPT2_EOT = 50256  # GPT-2's <|endoftext|> id: the document separator in token arrays without an index
 
 
+_PATH_SUFFIXES = (".bin", ".idx", ".json", ".jsonl", ".txt", ".md", ".npy", ".gz")
+
+
+def _is_folder(source) -> bool:
+    return isinstance(source, str) and len(source) < 4096 and "\n" not in source and os.path.isdir(source)
+
+
+def _refuse_path_like(source: str) -> None:
+    """A str that names a file, or looks like a path (no whitespace; a separator or a file suffix) and names
+    nothing, is a mistake far more often than a text to tokenize: say so instead of tokenizing the path."""
+    if len(source) >= 4096 or any(c.isspace() for c in source):
+        return
+    if os.path.isfile(source):
+        raise ValueError(
+            f"{source!r} is a file, not a shard folder; give the folder `tokembed prepare --out` wrote, "
+            f"or text=Path({source!r}).read_text() to read windows from its text"
+        )
+    if "/" in source or os.sep in source or source.endswith(_PATH_SUFFIXES):
+        raise ValueError(
+            f"if you meant a shard folder, {source!r} does not exist (check the path; Path({source!r}) names a "
+            f"folder explicitly); to read windows from this string itself, pass text={source!r}"
+        )
+
+
+def _refuse(kind: str, **options) -> None:
+    """Options that do not apply to this kind of source are errors, never silently ignored."""
+    given = [k for k, v in options.items() if v not in (None, False)]
+    if given:
+        raise ValueError(
+            f"{', '.join(f'{k}={options[k]!r}' for k in given)} does not apply to {kind}; leave it out"
+            + (" (split and verify are for shard folders)" if {"split", "verify"} & set(given) else "")
+        )
+
+
+def _token_array(source) -> np.ndarray:
+    """A 1-D integer array of ids >= 0 that fit int64, from numpy, torch, a list, a tuple or a range."""
+    if isinstance(source, torch.Tensor):
+        source = source.detach().cpu().numpy()
+    elif isinstance(source, (list, tuple, range)):
+        source = np.asarray(source)
+    if not isinstance(source, np.ndarray):
+        raise TypeError(
+            f"source must be a shard folder (a Path), a 1-D token array or a text (str), got {type(source).__name__}"
+        )
+    if source.ndim != 1:
+        raise ValueError(f"a token array must be 1-D (N,), got shape {source.shape}; flatten it with .reshape(-1)")
+    if source.dtype.kind not in "iu":
+        raise TypeError(f"a token array must hold integers, got dtype {source.dtype}; convert with .astype(np.int64)")
+    if source.size and source.dtype.kind == "i" and int(source.min()) < 0:
+        raise ValueError(f"token ids must be >= 0, found {int(source.min())}")
+    if source.size and source.dtype == np.uint64 and int(source.max()) > np.iinfo(np.int64).max:
+        raise ValueError(
+            f"token id {int(source.max())} does not fit int64 (the batches' dtype); token ids are < 2**63, "
+            "so the array is not token ids (or it was read with the wrong dtype)"
+        )
+    return source
+
+
 class SlidingWindowDataset(Dataset):
     """The chapter's sliding windows over a shard folder, a token array or a text, computed on demand.
 
@@ -114,16 +173,22 @@ class SlidingWindowDataset(Dataset):
     Args:
         source: a shard folder (``pathlib.Path``, a ``str`` naming an existing folder, or a
             ``tokembed.shards.reader.ShardSet``), a 1-D integer token array (numpy, torch or a list), or a
-            text (any other ``str``; encoded once with GPT-2's tokenizer as the chapter does).
+            text (any other ``str``; encoded once with GPT-2's tokenizer as the chapter does). A ``str``
+            that names a file, or looks like a path (no whitespace; a separator or a file suffix) and
+            names nothing, is refused: pass ``Path(...)`` for a folder, or ``text=`` for a text.
         max_length: tokens per window (``T``).
         stride: tokens between consecutive window starts; default ``max_length`` (no overlap).
         within_documents: keep every window inside one document. Documents come from the shards'
             index; in arrays and texts a document ends after each ``eot_token``.
-        split: the split of a shard folder (``"train"`` or ``"val"``).
+        split: the split of a shard folder (``"train"`` or ``"val"``; default ``"train"``).
         verify: check the shards' sha256 sums when opening (reads the whole split once).
         eot_token: the separator id for arrays/texts with ``within_documents`` (default GPT-2's 50256,
             or the tokenizer's for a text).
         tokenizer: the tokenizer for a text source (default GPT-2's).
+        text: a text to read windows from (instead of ``source``), whatever it looks like.
+
+    Options that do not apply to the source (``split``/``verify`` for arrays and texts, ``eot_token``
+    for shards, ``tokenizer`` for shards and arrays) are errors; booleans must be ``True``/``False``.
 
     ``dataset[k]`` is ``(inputs, targets)``, int64 tensors (T,). :meth:`gather` returns a whole batch,
     (B, T) and (B, T), in one vectorized step; ``tokembed.create_dataloader`` uses it.
@@ -136,71 +201,52 @@ class SlidingWindowDataset(Dataset):
 
     def __init__(
         self,
-        source,
+        source=None,
         *,
         max_length: int,
         stride: int | None = None,
         within_documents: bool = False,
-        split: str = "train",
+        split: str | None = None,
         verify: bool = False,
         eot_token: int | None = None,
         tokenizer=None,
+        text: str | None = None,
     ) -> None:
         self.max_length = check_positive_int("max_length", max_length)
         self.stride = self.max_length if stride is None else check_positive_int("stride", stride)
-        self.within_documents = bool(within_documents)
+        self.within_documents = check_bool("within_documents", within_documents)
+        check_bool("verify", verify)
         self._shards = None  # a ShardSet (paths only: maps are opened lazily in each process)
         self._array = None  # an in-memory (N,) token array
-        self._path_hint = ""
         self._fingerprint: str | None = None
-        self._open(source, split=split, verify=verify, eot_token=eot_token, tokenizer=tokenizer)
+        if (source is None) == (text is None):
+            raise TypeError(
+                "give the windows' source: a shard folder, a token array or a text (or text=...), exactly one"
+            )
+        if text is not None and not isinstance(text, str):
+            raise TypeError(f"text must be a str, got {type(text).__name__}")
+        self._open(source, text, split=split, verify=verify, eot_token=eot_token, tokenizer=tokenizer)
         self._plan_windows()
 
     # -- construction ------------------------------------------------------------------------------
 
-    def _open(self, source, *, split, verify, eot_token, tokenizer) -> None:
-        if isinstance(source, (shard_reader.ShardSet, os.PathLike)) or (
-            isinstance(source, str) and len(source) < 4096 and "\n" not in source and os.path.isdir(source)
-        ):
-            ss = (
-                source
-                if isinstance(source, shard_reader.ShardSet)
-                else shard_reader.open_shards(Path(source), split=split, verify=verify)
-            )
-            self._shards = ss
-            self.source_kind = "shards"
-            self.n_tokens = ss.n_tokens
-            self.dtype = ss.dtype
-            self._cum = ss.cumulative.astype(np.int64)  # (n_shards+1,)
-            self._seg_len = np.diff(self._cum)  # (n_shards,)
-            self._doc_starts_fn = ss.doc_starts
-            self.eot_token = ss.eot_token
+    def _open(self, source, text, *, split, verify, eot_token, tokenizer) -> None:
+        if text is None and (isinstance(source, (shard_reader.ShardSet, os.PathLike)) or _is_folder(source)):
+            _refuse("a shard folder", eot_token=eot_token, tokenizer=tokenizer)
+            self._open_shards(source, split=split, verify=verify)
             return
-        if isinstance(source, str):
-            if len(source) < 4096 and "\n" not in source and (os.sep in source or source.endswith(".bin")):
-                self._path_hint = f"; if you meant a shard folder, {source!r} does not exist (a str that is not an existing folder is read as text)"
+        if text is None and isinstance(source, str):
+            _refuse_path_like(source)
+            text = source
+        if text is not None:
+            _refuse("a text", split=split, verify=verify)
             enc = get_tokenizer("gpt2") if tokenizer is None else tokenizer
-            arr = encode_text(source, enc)
+            arr = encode_text(text, enc)
             self.source_kind = "text"
             self.eot_token = int(getattr(enc, "eot_token", GPT2_EOT)) if eot_token is None else int(eot_token)
         else:
-            if isinstance(source, torch.Tensor):
-                source = source.detach().cpu().numpy()
-            elif isinstance(source, (list, tuple, range)):
-                source = np.asarray(source)
-            if not isinstance(source, np.ndarray):
-                raise TypeError(
-                    f"source must be a shard folder (a Path), a 1-D token array or a text (str), got {type(source).__name__}"
-                )
-            arr = source
-            if arr.ndim != 1:
-                raise ValueError(f"a token array must be 1-D (N,), got shape {arr.shape}; flatten it with .reshape(-1)")
-            if arr.dtype.kind not in "iu":
-                raise TypeError(
-                    f"a token array must hold integers, got dtype {arr.dtype}; convert with .astype(np.int64)"
-                )
-            if arr.size and arr.dtype.kind == "i" and int(arr.min()) < 0:
-                raise ValueError(f"token ids must be >= 0, found {int(arr.min())}")
+            _refuse("a token array", split=split, verify=verify, tokenizer=tokenizer)
+            arr = _token_array(source)
             self.source_kind = "array"
             self.eot_token = GPT2_EOT if eot_token is None else int(eot_token)
         self._array = arr
@@ -209,6 +255,25 @@ class SlidingWindowDataset(Dataset):
         self._cum = np.array([0, self.n_tokens], dtype=np.int64)
         self._seg_len = np.diff(self._cum)
         self._doc_starts_fn = self._array_doc_starts
+
+    def _open_shards(self, source, *, split: str | None, verify: bool) -> None:
+        if isinstance(source, shard_reader.ShardSet):
+            if verify or (split is not None and split != source.split):
+                raise ValueError(
+                    f"split and verify apply when a folder is opened; this ShardSet is split {source.split!r} "
+                    "already open: leave them out, or open it with open_shards(root, split=..., verify=True)"
+                )
+            ss = source
+        else:
+            ss = shard_reader.open_shards(Path(source), split="train" if split is None else split, verify=verify)
+        self._shards = ss
+        self.source_kind = "shards"
+        self.n_tokens = ss.n_tokens
+        self.dtype = ss.dtype
+        self._cum = ss.cumulative.astype(np.int64)  # (n_shards+1,)
+        self._seg_len = np.diff(self._cum)  # (n_shards,)
+        self._doc_starts_fn = ss.doc_starts
+        self.eot_token = ss.eot_token
 
     def _array_doc_starts(self) -> np.ndarray:
         # GPT-2 style: every document is its tokens followed by one <|endoftext|>.
@@ -223,7 +288,7 @@ class SlidingWindowDataset(Dataset):
             if N < L + 1:
                 raise ValueError(
                     f"{where} has {N} tokens, but one window of max_length={L} needs at least {L + 1} "
-                    f"(the inputs plus the target shifted by one); use a longer source or a smaller max_length{self._path_hint}"
+                    f"(the inputs plus the target shifted by one); use a longer source or a smaller max_length"
                 )
             self.n_windows = window_count(N, L, s)
             covered = (self.n_windows - 1) * s + L + 1 if s <= L + 1 else self.n_windows * (L + 1)
@@ -237,7 +302,7 @@ class SlidingWindowDataset(Dataset):
             longest = int(lengths.max()) if lengths.size else 0
             raise ValueError(
                 f"{where} has no document of at least {L + 1} tokens (the longest has {longest}), so within_documents=True "
-                f"gives no window of max_length={L}; use a smaller max_length or within_documents=False{self._path_hint}"
+                f"gives no window of max_length={L}; use a smaller max_length or within_documents=False"
             )
         keep = counts > 0
         # Only documents that give windows are kept: O(documents) memory, never O(windows).
@@ -396,6 +461,10 @@ class SlidingWindowDataset(Dataset):
         return torch.from_numpy(inputs), torch.from_numpy(targets)
 
     def __getitem__(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if isinstance(k, bool) or not isinstance(k, numbers.Integral):
+            raise TypeError(
+                f"a window index must be an int, got {k!r}; use dataset.gather(indices) for a batch of windows"
+            )
         x, y = self.gather([k])
         return x[0], y[0]
 
