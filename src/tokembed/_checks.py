@@ -108,7 +108,10 @@ def check_bool(name: str, value: object) -> bool:
 
 
 def check_index_tensor(name: str, ids: object, size: int, *, what: str) -> torch.Tensor:
-    """Check that ``ids`` is an integer tensor with every value in [0, size).
+    """Check that ``ids`` is an integer tensor with every value in [0, size); return it as int32/int64.
+
+    Every integer dtype is accepted (uint16 is the shards' own): the narrow and unsigned ones are widened
+    to int64, which is what ``nn.Embedding`` and ``cross_entropy`` take.
 
     Args:
         name: what the ids are called in messages ("token id", "position").
@@ -124,12 +127,22 @@ def check_index_tensor(name: str, ids: object, size: int, *, what: str) -> torch
         )
     if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
         raise TypeError(f"{name}s must be an integer tensor (torch.long), got dtype {ids.dtype}; convert with .long()")
+    ids = long_ids(ids)
     if ids.numel():
         lo, hi = torch.aminmax(ids)
         if lo.item() < 0 or hi.item() >= size:
             bad = lo.item() if lo.item() < 0 else hi.item()
             raise ValueError(f"{name} {bad} is outside {what} (size {size}): valid values are 0..{size - 1}")
     return ids
+
+
+def long_ids(ids: torch.Tensor) -> torch.Tensor:
+    """``ids`` as an index tensor: int32 and int64 as they are, other integer dtypes widened to int64."""
+    import torch
+
+    if ids.dtype in (torch.int32, torch.int64) or ids.dtype.is_floating_point or ids.dtype == torch.bool:
+        return ids
+    return ids.to(torch.int64)  # (uint8, int8, int16, uint16, uint32, uint64: most torch ops lack the unsigned ones)
 
 
 def config_from_dict(cls, d: dict):

@@ -27,7 +27,7 @@ class LearnedPositionalEmbedding(nn.Embedding):
         return self.num_embeddings
 
     def forward(self, position_ids: torch.Tensor) -> torch.Tensor:
-        check_index_tensor(
+        position_ids = check_index_tensor(
             "position",
             position_ids,
             self.num_embeddings,

@@ -35,7 +35,7 @@ class TokenEmbedding(nn.Embedding):
             nn.init.normal_(self.weight, mean=0.0, std=0.02)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        check_index_tensor("token id", ids, self.num_embeddings, what="the vocabulary")
+        ids = check_index_tensor("token id", ids, self.num_embeddings, what="the vocabulary")  # any integer dtype
         return super().forward(ids)
 
     def extra_repr(self) -> str:

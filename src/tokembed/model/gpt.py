@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tokembed._checks import check_index_tensor
+from tokembed._checks import check_index_tensor, long_ids
 from tokembed.embeddings.input import InputEmbedding
 from tokembed.embeddings.registry import attention_positional, positional_scheme
 from tokembed.model.attention import CausalSelfAttention, KVCache
@@ -163,6 +163,8 @@ class GPT(nn.Module):
         cache: KVCache | None = None,
     ) -> torch.Tensor:
         """The final (normalised) hidden states: ids (B, T) -> (B, T, D). Arguments as ``forward``."""
+        if isinstance(ids, torch.Tensor):
+            ids = long_ids(ids)  # uint16 (the shards' dtype) and other integer dtypes: int64 for every op below
         if cache is not None and position_ids is None and offset == 0:
             offset = cache.length
         doc = None
@@ -217,7 +219,7 @@ class GPT(nn.Module):
         """
         if targets.shape != ids.shape:
             raise ValueError(f"targets must have the shape of ids {tuple(ids.shape)}, got {tuple(targets.shape)}")
-        check_index_tensor("target id", targets, self.config.vocab_size, what="the vocabulary")
+        targets = check_index_tensor("target id", targets, self.config.vocab_size, what="the vocabulary")
         h = self.hidden(ids, **kwargs)  # (B,T,D)
         return linear_cross_entropy(h.flatten(0, 1), self.head.weight, targets.flatten(), reduction=reduction)
 
