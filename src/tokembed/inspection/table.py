@@ -460,7 +460,7 @@ class EmbeddingTable:
         Sinusoidal positions are recomputed (they are not stored); other schemes (RoPE, ALiBi, ...)
         have no position vectors.
         """
-        from tokembed.model.checkpoint import read_checkpoint_config
+        from tokembed.model.checkpoint import read_checkpoint_config, verify_checkpoint
 
         path = Path(path)
         config = read_checkpoint_config(path)
@@ -483,6 +483,7 @@ class EmbeddingTable:
                 positions = f.get_tensor("embed.position.weight") if "embed.position.weight" in keys else None
         except SafetensorError as e:
             raise ValueError(f"{weights} is not a readable safetensors file ({e})") from e
+        verify_checkpoint(path)  # the tables read are exactly the ones saved
         positional = str(model.get("positional", "learned" if positions is not None else "none"))
         vocab_size, dim = model.get("vocab_size"), model.get("dim")
         if (vocab_size is not None and tokens.shape[0] != vocab_size) or (dim is not None and tokens.shape[1] != dim):

@@ -7,17 +7,26 @@
     CKPT/state.json           loader state, RNG state, step: what exact resume needs
     CKPT/log.json             {"train": [{"step", "tokens", "loss", "lr", "tokens_per_s"}, ...], "val": [{"step", "loss"}, ...]}
     CKPT/loss.png             the loss curves (written by the training loop when matplotlib is installed)
+    CKPT/sha256.json          {file name: sha256} of every file above, written last
 
 Saving writes everything into ``CKPT.tmp-XXXX/`` beside ``CKPT``, fsyncs each file, then swaps the
 directories with two renames; the previous checkpoint is deleted only once the new one is in
 place. If the process dies between the two renames, ``CKPT.old-XXXX`` is the previous complete
-checkpoint and ``load_checkpoint`` says so.
+checkpoint and ``load_checkpoint`` says so. Folders and files get the modes ``open`` gives (the umask).
+
+Reading verifies every file against ``sha256.json`` (`verify_checkpoint`: ``load_checkpoint`` and so
+``eval``, ``inspect`` and ``report``, and ``--resume``), so a flipped bit anywhere is an error naming
+the file, never a silently different model. Checkpoints written before ``sha256.json``
+existed are read unverified; a file that cannot be parsed is named all the same (`read_checkpoint_file`).
 """
 
 from __future__ import annotations
 
+import glob
+import hashlib
 import json
 import os
+import pickle
 import shutil
 import tempfile
 from collections.abc import Callable, Mapping
@@ -31,10 +40,19 @@ from tokembed._atomic import fsync_dir
 from tokembed.model.config import GPTConfig
 from tokembed.model.gpt import GPT
 
-__all__ = ["CHECKPOINT_FORMAT", "CHECKPOINT_VERSION", "load_checkpoint", "read_checkpoint_config", "save_checkpoint"]
+__all__ = [
+    "CHECKPOINT_FORMAT",
+    "CHECKPOINT_VERSION",
+    "load_checkpoint",
+    "read_checkpoint_config",
+    "read_checkpoint_file",
+    "save_checkpoint",
+    "verify_checkpoint",
+]
 
 CHECKPOINT_FORMAT = "tokembed-checkpoint"
 CHECKPOINT_VERSION = 1
+CHECKSUMS = "sha256.json"
 
 
 def _fsync_file(path: Path) -> None:
@@ -86,13 +104,19 @@ def save_checkpoint(
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_saves(path)
     tmp = Path(tempfile.mkdtemp(prefix=f"{path.name}.tmp-", dir=path.parent))
     try:
+        os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700; give the mode mkdir would
         _write_contents(
             tmp, model, train=train, step=step, tokens_seen=tokens_seen, optimizer=optimizer, state=state, log=log
         )
         for name, write in (extra_files or {}).items():
             write(tmp / name)
+        for p in tmp.iterdir():
+            os.chmod(p, 0o666 & ~_umask())  # safetensors writes 0600: give every file the mode open() would
+        sums = {p.name: _sha256(p) for p in sorted(tmp.iterdir()) if p.is_file()}
+        _write_json(tmp / CHECKSUMS, sums)  # last: it vouches for every file before it
         fsync_dir(tmp)
         _swap_in(tmp, path)
     except BaseException:
@@ -123,6 +147,31 @@ def _write_contents(tmp: Path, model: GPT, *, train, step, tokens_seen, optimize
         _write_json(tmp / "log.json", log)
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 22):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _remove_stale_saves(path: Path) -> None:
+    """Delete what killed saves left beside ``path``: ``CKPT.tmp-*`` (never complete), and ``CKPT.old-*`` once
+    ``path`` exists (the swap finished; without ``path``, an ``.old`` folder is the last checkpoint: kept)."""
+    stale = list(path.parent.glob(f"{glob.escape(path.name)}.tmp-*"))
+    if path.is_dir():
+        stale += path.parent.glob(f"{glob.escape(path.name)}.old-*")
+    for p in stale:
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+
+
 def _swap_in(tmp: Path, path: Path) -> None:
     """Rename the finished ``tmp`` folder to ``path``; an existing ``path`` is removed only once replaced."""
     if path.exists():
@@ -135,17 +184,66 @@ def _swap_in(tmp: Path, path: Path) -> None:
     fsync_dir(path.parent)
 
 
+def interrupted_save_hint(path: Path) -> str:
+    """For a missing checkpoint ``path``: where the previous one is when a save was killed between its renames."""
+    olds = (
+        sorted(p for p in path.parent.glob(f"{glob.escape(path.name)}.old-*/ckpt") if (p / "config.json").exists())
+        if path.parent.exists()
+        else []
+    )
+    return f"; a save was interrupted: the previous checkpoint is {olds[-1]} (move it to {path})" if olds else ""
+
+
+def verify_checkpoint(path: str | os.PathLike) -> bool:
+    """Check every file of checkpoint ``path`` against its ``sha256.json``.
+
+    Returns:
+        True when verified; False for a checkpoint written before checksums existed (nothing to verify).
+
+    Raises:
+        ValueError: a file is damaged or missing, or ``sha256.json`` itself is; the message names the file.
+    """
+    path = Path(path)
+    if not (path / CHECKSUMS).is_file():
+        return False
+    sums = read_checkpoint_file(path, CHECKSUMS, lambda p: json.loads(p.read_text(encoding="utf-8")))
+    if not isinstance(sums, dict):
+        raise ValueError(f"checkpoint file {path / CHECKSUMS} is damaged (not a JSON object); {_DAMAGED_HINT}")
+    for name, digest in sums.items():
+        p = path / str(name)
+        if not p.is_file() or "/" in str(name):
+            raise ValueError(f"checkpoint file {p} is missing; {_DAMAGED_HINT}")
+        if _sha256(p) != digest:
+            raise ValueError(
+                f"checkpoint file {p} is damaged (its sha256 differs from the one saved with it); {_DAMAGED_HINT}"
+            )
+    return True
+
+
+_DAMAGED_HINT = "restore the checkpoint from a copy, or train again into a new --out"
+
+
+def read_checkpoint_file(path: Path, name: str, reader: Callable[[Path], Any]) -> Any:
+    """``reader(path / name)``, with any failure to parse the file reported as one ValueError naming it
+    (instead of a SafetensorError, a pickle or JSON error from deep inside)."""
+    from safetensors import SafetensorError
+
+    p = Path(path) / name
+    if not p.is_file():
+        raise FileNotFoundError(f"checkpoint file {p} is missing; the checkpoint is incomplete")
+    try:
+        return reader(p)
+    except (ValueError, RuntimeError, EOFError, KeyError, TypeError, pickle.UnpicklingError, SafetensorError) as e:
+        why = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+        raise ValueError(f"checkpoint file {p} is damaged ({why}); {_DAMAGED_HINT}") from None
+
+
 def read_checkpoint_config(path: str | os.PathLike) -> dict:
-    """Read and check ``CKPT/config.json``; errors say what is wrong and what to do."""
+    """Read and check ``CKPT/config.json``; errors say what is wrong and what to do. (The files' checksums
+    are verified by `load_checkpoint`, resume and ``inspect``: `verify_checkpoint`.)"""
     path = Path(path)
     if not path.exists():
-        olds = (
-            sorted(p for p in path.parent.glob(f"{path.name}.old-*/ckpt") if (p / "config.json").exists())
-            if path.parent.exists()
-            else []
-        )
-        hint = f"; a save was interrupted: the previous checkpoint is {olds[-1]} (move it to {path})" if olds else ""
-        raise FileNotFoundError(f"checkpoint {path} does not exist{hint}")
+        raise FileNotFoundError(f"checkpoint {path} does not exist{interrupted_save_hint(path)}")
     if not path.is_dir():
         raise NotADirectoryError(
             f"checkpoint {path} is not a directory: give the directory written by `tokembed train --out`"
@@ -156,8 +254,16 @@ def read_checkpoint_config(path: str | os.PathLike) -> dict:
             f"{path} is not a tokembed checkpoint: it has no config.json (a directory written by `tokembed train --out` has)"
         )
     try:
+        return _parse_config(cfg_path)
+    except ValueError:
+        verify_checkpoint(path)  # a damaged file is the better explanation, when the checksums show one
+        raise
+
+
+def _parse_config(cfg_path: Path) -> dict:
+    try:
         config = json.loads(cfg_path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ValueError(f"{cfg_path} is not valid JSON ({e}); the checkpoint is damaged") from None
     if not isinstance(config, dict) or config.get("format") != CHECKPOINT_FORMAT:
         raise ValueError(
@@ -165,7 +271,7 @@ def read_checkpoint_config(path: str | os.PathLike) -> dict:
         )
     if config.get("version") != CHECKPOINT_VERSION:
         raise ValueError(
-            f"{path} has checkpoint version {config.get('version')!r}; this tokembed reads version {CHECKPOINT_VERSION}: upgrade tokembed"
+            f"{cfg_path.parent} has checkpoint version {config.get('version')!r}; this tokembed reads version {CHECKPOINT_VERSION}: upgrade tokembed"
         )
     return config
 
@@ -178,18 +284,22 @@ def load_checkpoint(path: str | os.PathLike, *, map_location: str | torch.device
     """
     path = Path(path)
     config = read_checkpoint_config(path)
-    model = GPT(GPTConfig.from_dict(config["model"]))
-    weights = path / "model.safetensors"
-    if not weights.exists():
+    if not (path / "model.safetensors").exists():
         raise FileNotFoundError(f"checkpoint {path} has no model.safetensors; the checkpoint is incomplete")
-    state = load_file(str(weights), device=str(map_location))
-    missing, unexpected = model.load_state_dict(state, strict=False)
+    state = read_checkpoint_file(path, "model.safetensors", lambda p: load_file(str(p), device=str(map_location)))
+    try:
+        model = GPT(GPTConfig.from_dict(config["model"]))
+        missing, unexpected = model.load_state_dict(state, strict=False)
+    except (ValueError, TypeError, KeyError, RuntimeError) as e:
+        verify_checkpoint(path)  # a damaged file explains a mismatch best: named first
+        raise ValueError(f"checkpoint {path} does not match its config ({str(e).splitlines()[0]})") from None
     if model.config.tie_embeddings:
         missing = [k for k in missing if k != "head.weight"]  # the token table, shared
     if missing or unexpected:
         raise ValueError(
             f"checkpoint {path} does not match its config: missing weights {missing}, unexpected weights {unexpected}"
         )
+    verify_checkpoint(path)  # the weights load; still, not one bit may differ from what was saved
     model.to(map_location)
     model.eval()
     return model, config

@@ -24,7 +24,12 @@ import torch
 from tokembed._checks import check_positive_int
 from tokembed.data.loader import create_dataloader
 from tokembed.embeddings.registry import positional_scheme
-from tokembed.model.checkpoint import read_checkpoint_config, save_checkpoint
+from tokembed.model.checkpoint import (
+    interrupted_save_hint,
+    read_checkpoint_config,
+    save_checkpoint,
+    verify_checkpoint,
+)
 from tokembed.model.config import GPTConfig
 from tokembed.model.gpt import GPT
 from tokembed.training.config import RESUMABLE_CHANGES, TrainConfig, lr_at
@@ -94,9 +99,13 @@ def _saved_run(out: Path, config: TrainConfig, *, resume: bool) -> dict | None:
                 f"{out} already exists; pass resume=True (--resume) to continue it, or choose another out directory"
             )
         saved = read_checkpoint_config(out)
+        verify_checkpoint(out)  # every file exactly as saved, or an error naming the damaged one
         _check_resumable(saved["train"], config)
         return saved
     if resume:
+        hint = interrupted_save_hint(out)  # a save killed between its two renames left the checkpoint beside
+        if hint:
+            raise FileNotFoundError(f"checkpoint {out} does not exist{hint}")
         raise FileNotFoundError(f"nothing to resume: {out} does not exist; drop resume (--resume) to start a new run")
     return None
 

@@ -11,6 +11,8 @@ import numpy as np
 import torch
 from safetensors.torch import load_file
 
+from tokembed.model.checkpoint import read_checkpoint_file
+
 __all__ = ["TrainState"]
 
 
@@ -46,14 +48,28 @@ class TrainState:
 
     def restore(self, out: Path, model, optimizer, loader) -> None:
         """Load the checkpoint in ``out`` into ``model``, ``optimizer``, ``loader``, torch's RNG and this state."""
-        model.load_state_dict(load_file(str(out / "model.safetensors")), strict=not model.config.tie_embeddings)
-        optimizer.load_state_dict(torch.load(out / "optimizer.pt", weights_only=True))
-        state = json.loads((out / "state.json").read_text())
-        self.log = json.loads((out / "log.json").read_text())
+        weights = read_checkpoint_file(out, "model.safetensors", lambda p: load_file(str(p)))
+        model.load_state_dict(weights, strict=not model.config.tie_embeddings)
+        optimizer.load_state_dict(read_checkpoint_file(out, "optimizer.pt", lambda p: torch.load(p, weights_only=True)))
+        self.log = read_checkpoint_file(out, "log.json", _read_json)
+        state = read_checkpoint_file(out, "state.json", _read_state)
         self.step, self.tokens_seen, self.epoch = state["step"], state["tokens_seen"], state["epoch"]
         loader.set_epoch(self.epoch)
         loader.load_state_dict(state["loader"])
         _set_rng_state(state["rng"])
+
+
+def _read_state(p: Path) -> dict:
+    """``state.json``, with every key resume needs (a missing one is damage, named by the caller)."""
+    state = _read_json(p)
+    missing = [k for k in ("step", "tokens_seen", "epoch", "loader", "rng") if k not in state]
+    if missing:
+        raise ValueError(f"it lacks {', '.join(missing)}")
+    return state
+
+
+def _read_json(p: Path):
+    return json.loads(p.read_text(encoding="utf-8"))
 
 
 def _rng_state() -> str:

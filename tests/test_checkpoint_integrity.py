@@ -1,0 +1,117 @@
+"""A damaged checkpoint is an error naming the file, never a silently different model (issue 16, items 4 and 13).
+
+Was: one flipped bit in model.safetensors (a bias became 9.2e36) resumed with exit 0 and a final loss of
+10.58 instead of 8.73; a damaged header, a truncated file or a broken state.json printed tracebacks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+
+import pytest
+
+from conftest import STORY
+from tokembed import GPTConfig, TrainConfig, load_checkpoint, train
+from tokembed.cli import main
+from tokembed.model.checkpoint import verify_checkpoint
+
+TINY = GPTConfig(context_length=16, dim=16, n_layers=1, n_heads=2)
+FILES = ["config.json", "model.safetensors", "optimizer.pt", "state.json", "log.json"]
+
+
+def cfg(tmp_path, name="run", **kw):
+    base = dict(data=str(STORY), out=str(tmp_path / name), max_length=16, batch_size=4, max_steps=3)
+    return TrainConfig(**{**base, "eval_interval": 3, "eval_batches": 2, "checkpoint_interval": 3, **kw})
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ckpt")
+    train(cfg(root, max_steps=2), TINY, progress=False)
+    assert verify_checkpoint(root / "run")
+    return root / "run"
+
+
+@pytest.fixture
+def ckpt(saved, tmp_path):
+    return shutil.copytree(saved, tmp_path / "run")
+
+
+def flip(path, pos: int, bit: int) -> None:
+    b = bytearray(path.read_bytes())
+    b[pos] ^= 1 << bit
+    path.write_bytes(bytes(b))
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_one_flipped_bit_anywhere_is_named(ckpt, name, capsys):
+    rng = random.Random(name)
+    original = (ckpt / name).read_bytes()
+    for _ in range(3):
+        (ckpt / name).write_bytes(original)
+        flip(ckpt / name, rng.randrange(len(original)), rng.randrange(8))
+        with pytest.raises(
+            ValueError, match=rf"checkpoint file .*run/{name} is (damaged|missing)|{name} is not valid JSON"
+        ):
+            load_checkpoint(ckpt)
+            verify_checkpoint(ckpt)  # config.json may still parse and load: the checksums catch it
+        with pytest.raises(ValueError, match=rf"{name}"):
+            train(cfg(ckpt.parent, max_steps=3), resume=True, progress=False)
+    assert main(["eval", str(ckpt)]) == 2
+    assert f"run/{name}" in capsys.readouterr().err
+
+
+def test_a_flipped_weight_is_caught_by_inspect_and_eval(ckpt, capsys):
+    flip(ckpt / "model.safetensors", (ckpt / "model.safetensors").stat().st_size - 3, 6)  # inside a tensor
+    assert main(["inspect", str(ckpt), "info"]) == 2
+    assert "model.safetensors is damaged (its sha256 differs" in capsys.readouterr().err
+    assert main(["eval", str(ckpt)]) == 2
+    assert "model.safetensors is damaged" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "name, damage",
+    [
+        ("model.safetensors", lambda b: b"\xff" * 8 + b[8:]),  # the header's length
+        ("model.safetensors", lambda b: b[: len(b) // 2]),  # truncated
+        ("optimizer.pt", lambda b: b[: len(b) // 3]),
+        ("state.json", lambda b: b.replace(b'"step"', b"step", 1)),  # Expecting property name ...
+        ("state.json", lambda b: b.replace(b'"rng"', b'"rnq"', 1)),
+    ],
+    ids=["header", "truncated", "optimizer", "state-json", "state-key"],
+)
+def test_checkpoints_without_checksums_still_name_a_damaged_file(ckpt, name, damage):
+    (ckpt / "sha256.json").unlink()  # as written before checksums existed: read, unverified
+    assert verify_checkpoint(ckpt) is False
+    (ckpt / name).write_bytes(damage((ckpt / name).read_bytes()))
+    with pytest.raises(ValueError, match=rf"checkpoint file .*run/{name} is damaged \(.*\); restore the checkpoint"):
+        if name == "model.safetensors":
+            load_checkpoint(ckpt)
+        train(cfg(ckpt.parent, max_steps=3), resume=True, progress=False)
+
+
+def test_files_follow_the_umask_and_killed_saves_leave_nothing_behind(ckpt):
+    mask = os.umask(0)
+    os.umask(mask)
+    assert ckpt.stat().st_mode & 0o777 == 0o777 & ~mask  # was 0700 (mkdtemp)
+    assert {p.name: p.stat().st_mode & 0o777 for p in ckpt.iterdir()} == dict.fromkeys(
+        [p.name for p in ckpt.iterdir()], 0o666 & ~mask
+    )
+    (ckpt.parent / "run.tmp-killed").mkdir()  # a save killed before its renames
+    (ckpt.parent / "run.tmp-killed" / "model.safetensors").write_bytes(b"partial")
+    train(cfg(ckpt.parent, max_steps=3), resume=True, progress=False)
+    assert sorted(p.name for p in ckpt.parent.iterdir()) == ["run"]
+
+
+def test_python_resume_after_a_save_killed_between_its_renames_names_the_old_folder(ckpt):
+    """Was: train(resume=True) advised to "drop resume" where the CLI named the .old folder."""
+    (ckpt.parent / "run.old-x").mkdir()
+    ckpt.rename(ckpt.parent / "run.old-x" / "ckpt")
+    with pytest.raises(FileNotFoundError, match=r"a save was interrupted: the previous checkpoint is .*run.old-x/ckpt"):
+        train(cfg(ckpt.parent, max_steps=3), resume=True, progress=False)
+    (ckpt.parent / "run.old-x" / "ckpt").rename(ckpt)
+    train(cfg(ckpt.parent, max_steps=3), resume=True, progress=False)  # moved back: it resumes
+    assert json.loads((ckpt / "state.json").read_text())["step"] == 3
