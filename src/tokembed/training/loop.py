@@ -35,6 +35,7 @@ from tokembed.model.gpt import GPT
 from tokembed.training.config import RESUMABLE_CHANGES, TrainConfig, lr_at
 from tokembed.training.data import TrainingData, load_training_data
 from tokembed.training.evaluation import evaluate_tokens
+from tokembed.training.interrupt import DeferredInterrupt
 from tokembed.training.plots import write_loss_png
 from tokembed.training.state import TrainState
 
@@ -73,7 +74,8 @@ def train(
         progress: show a tqdm progress bar with loss and tokens/s.
 
     Returns:
-        A ``TrainResult``. Ctrl-C writes a checkpoint at the last finished step, then re-raises.
+        A ``TrainResult``. Ctrl-C finishes the step in progress, writes a checkpoint of it (model,
+        optimizer, RNG and loader at that one step: it resumes exactly), then raises KeyboardInterrupt.
     """
     out = Path(config.out)
     saved = _saved_run(out, config, resume=resume)
@@ -161,7 +163,11 @@ class _Run:
         self.batches = None
 
     def loop(self, end: int, *, progress: bool, resumed: bool) -> None:
-        """Train until step ``end``, evaluating and checkpointing on schedule; Ctrl-C saves, then re-raises."""
+        """Train until step ``end``, evaluating and checkpointing on schedule.
+
+        Ctrl-C finishes the step in progress, saves it and raises ``KeyboardInterrupt`` (see
+        `tokembed.training.interrupt`); a second Ctrl-C stops at once, keeping the last checkpoint.
+        """
         from tqdm.auto import tqdm
 
         c, s = self.config, self.state
@@ -182,15 +188,14 @@ class _Run:
         self.batches = iter(self.loader)
         try:
             self.model.train()
-            while s.step < end:
-                self._step(bar)
-                if s.step % c.checkpoint_interval == 0 or s.step == end:
-                    self.checkpoint()
-                    last_saved = s.step
-        except KeyboardInterrupt:
-            if s.step > last_saved and s.step > 0:
-                self.checkpoint()
-            raise
+            with DeferredInterrupt() as interrupt:  # Ctrl-C: finish the step, save it, then stop
+                while s.step < end:
+                    self._step(bar)
+                    if interrupt.requested or s.step % c.checkpoint_interval == 0 or s.step == end:
+                        self.checkpoint()
+                        last_saved = s.step
+                    if interrupt.requested:
+                        raise KeyboardInterrupt
         finally:
             bar.close()
         if last_saved != s.step:
