@@ -16,7 +16,8 @@ The tail, fewer than ``W*B`` positions after the last full step, is
 - dropped with ``drop_last=True``: every rank yields ``N // (W*B)`` full batches;
 - shared with ``drop_last=False``: each rank gets ``ceil(R/W)`` of the ``R`` tail positions in one
   last, shorter batch; positions past ``N-1`` wrap around to the epoch's first windows (the padding,
-  at most ``W-1`` windows, seen twice), so every rank takes the same number of steps.
+  at most ``W-1`` positions: a window is seen twice, or more when the epoch has fewer windows than
+  ranks, e.g. 1 window over W ranks is seen W times), so every rank takes the same number of steps.
 
 Each batch is gathered in one vectorized step by `SlidingWindowDataset.gather`.
 """

@@ -93,7 +93,9 @@ class RankPlan:
         full_steps: steps where each rank gets a full batch, ``N // (W*B)``.
         last_batch_size: windows in each rank's last batch (``B`` unless the tail is shared out).
         dropped_windows: windows of the epoch no rank sees (``drop_last=True``).
-        padded_windows: windows seen twice to even out the ranks' last batches (``drop_last=False``).
+        padded_windows: extra positions (repeats of the epoch's first windows) that even out the ranks'
+            last batches (``drop_last=False``); fewer than W, but a window repeats more than once when
+            the epoch has fewer windows than that (1 window over W ranks is seen W times).
     """
 
     windows: int
