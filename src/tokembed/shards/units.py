@@ -177,20 +177,6 @@ def trim_heap() -> None:
 _malloc_trim = None
 
 
-def _encode_ordinary(enc, text: str):
-    """``enc.encode_ordinary(text)`` as a numpy array, without the Python list in between when tiktoken can.
-
-    With no special token allowed and none disallowed, tiktoken's encoder treats ``<|endoftext|>`` inside
-    a document as plain text: exactly ``encode_ordinary`` (a test checks the two agree).
-    """
-    if hasattr(enc, "encode_to_numpy"):
-        try:
-            return enc.encode_to_numpy(text, allowed_special=set(), disallowed_special=())
-        except UnicodeEncodeError:
-            pass  # lone surrogates: encode_ordinary knows how to repair them
-    return np.asarray(enc.encode_ordinary(text), dtype=np.uint32)
-
-
 def _records(sp: Span, data: bytes) -> Iterator[tuple[bytes, int, int]]:
     """``(raw, offset, k)`` for each record of a span: its JSON lines (``k``-th line of the span), or its
     one document or piece (``k = -1``)."""
@@ -209,10 +195,11 @@ def tokenize_unit(unit: Unit, config: PrepareConfig, names: Sequence[str] | dict
     Returns per-split token and index arrays with their sha256, the unit's input hash, and per-input-file
     counts. Raises ValueError naming the file and line or byte offset for bad input.
     """
-    from tokembed.tokenizer import get_tokenizer
+    from tokembed.tokenizer.fast import token_encoder
 
     trim_heap()  # the previous unit's buffers are gone by now
-    enc = get_tokenizer(config.tokenizer)
+    enc = config.build_tokenizer()
+    encoder = token_encoder(enc, config.backend)  # tiktoken's ids, from gigatoken when installed (tested)
     datas = [read_span(sp, names[sp.file]) for sp in unit.spans]
     input_hash = _input_hash(unit.spans, datas)
     acc = _UnitTokens(enc.eot_token, dtype_for_vocab(enc.n_vocab))
@@ -230,7 +217,7 @@ def tokenize_unit(unit: Unit, config: PrepareConfig, names: Sequence[str] | dict
                 continue
             else:
                 split = "val" if _in_val(text, config.val_fraction) else "train"
-            acc.add(split, _encode_ordinary(enc, text), text, sp, st)
+            acc.add(split, encoder.encode_ordinary(text), text, sp, st)
     del datas
     return acc.result(unit, input_hash)
 
