@@ -21,7 +21,18 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tokembed.shards.format import INDEX_DTYPE, dtype_for_vocab
-from tokembed.shards.sources import CONT, LINES, MORE, InputFile, Span, line_number, plan_units, read_span, split_span
+from tokembed.shards.sources import (
+    CONT,
+    CUTS,
+    LINES,
+    MORE,
+    InputFile,
+    Span,
+    line_number,
+    plan_units,
+    read_span,
+    split_span,
+)
 
 if TYPE_CHECKING:
     from tokembed.shards.config import PrepareConfig
@@ -77,6 +88,13 @@ def _input_hash(spans: Sequence[Span], datas: Sequence[bytes]) -> str:
     return h.hexdigest()[:32]
 
 
+def _cut_rule(config: PrepareConfig):
+    """Where the config's tokenizer lets a large document be cut without changing its ids."""
+    from tokembed.tokenizer import document_cut
+
+    return CUTS[document_cut(config.build_tokenizer())]
+
+
 def unit_parts(unit: Unit, config: PrepareConfig, names: dict[int, str]) -> list[Unit]:
     """Cut a unit into parts of at least `PART_BYTES` (JSON lines, documents, or pieces of documents cut at
     safe points). The parts' results, put together in order, are the unit's; the cuts depend only on the
@@ -92,7 +110,7 @@ def unit_parts(unit: Unit, config: PrepareConfig, names: dict[int, str]) -> list
             )
             if _head_in_val(head, config.val_fraction):
                 sp = dataclasses.replace(sp, flags=sp.flags | VAL)
-        spans += split_span(sp, PART_BYTES, names[sp.file])
+        spans += split_span(sp, PART_BYTES, names[sp.file], _cut_rule(config))
     groups: list[list[Span]] = [[]]
     size = 0
     for sp in spans:
@@ -121,7 +139,13 @@ def iter_units(files: Sequence[InputFile], config: PrepareConfig, *, carry: bool
     """
     in_val = False
     for uid, (spans, disk_bytes) in enumerate(
-        plan_units(files, config.unit_bytes, carry=carry, head_bytes=_head_bytes() if config.val_fraction > 0 else 0)
+        plan_units(
+            files,
+            config.unit_bytes,
+            carry=carry,
+            head_bytes=_head_bytes() if config.val_fraction > 0 else 0,
+            cut_at=_cut_rule(config),
+        )
     ):
         for sp in spans:
             if sp.head is not None:

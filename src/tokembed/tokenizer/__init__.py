@@ -7,6 +7,7 @@ checked against the sha256 its files must have. Every one offers the `Tokenizer`
 """
 
 from tokembed.tokenizer.base import ENDOFTEXT, Tokenizer, TokenizerIdentity
+from tokembed.tokenizer.cuts import document_cut
 from tokembed.tokenizer.gpt2 import GPT2_ENCODER_JSON_SHA256, GPT2_PAT_STR, GPT2_VOCAB_BPE_SHA256, gpt2_files
 from tokembed.tokenizer.raw_bytes import ByteTokenizer
 from tokembed.tokenizer.registry import (
@@ -29,6 +30,7 @@ __all__ = [
     "TokenizerIdentity",
     "available_tokenizers",
     "clear_cache",
+    "document_cut",
     "get_tokenizer",
     "gpt2_files",
     "identity_from_manifest",

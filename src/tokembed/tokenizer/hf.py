@@ -73,6 +73,7 @@ class HFTokenizer:
         self._tok = _HF.from_str(raw.decode("utf-8"))
         self._tok.encode_special_tokens = True  # encode_ordinary: special tokens in a text are plain text
         self._byte_level = _is_byte_level(config)
+        self.document_cut = _document_cut(config)
         self._specials = {t["content"]: int(t["id"]) for t in config.get("added_tokens", []) if t.get("special")}
         self.name = self.path.parent.name if self.path.stem == "tokenizer" else self.path.stem
         self.n_vocab = max(self._tok.get_vocab(with_added_tokens=True).values()) + 1
@@ -152,6 +153,13 @@ class HFTokenizer:
             files=((self.path.name, self._sha256),),
             options=options,
         )
+
+
+def _document_cut(config: dict[str, Any]) -> str | None:
+    """GPT-2's own layout (ByteLevel with its regex, nothing before it) cuts like gpt2; others stay whole."""
+    pre = config.get("pre_tokenizer") or {}
+    gpt2_like = pre.get("type") == "ByteLevel" and pre.get("use_regex", True) and not config.get("normalizer")
+    return "whitespace" if gpt2_like else None
 
 
 def _read_config(path: Path, raw: bytes) -> dict[str, Any]:

@@ -37,6 +37,7 @@ class ByteTokenizer:
     n_vocab = 257
     eot_token = 256
     special_tokens_set = frozenset({ENDOFTEXT})
+    document_cut = "whitespace"  # one id per byte: any cut keeps the ids
 
     def __repr__(self) -> str:
         return "ByteTokenizer()"
