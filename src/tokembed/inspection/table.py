@@ -95,6 +95,15 @@ def gpt2_byte_spelling(token: bytes) -> str:
     return "".join(m[b] for b in token)
 
 
+def _checkpoint_tokenizer(config: dict):
+    """The tokenizer a checkpoint was trained with: rebuilt from its record (checked), or its name."""
+    if config.get("tokenizer_record"):
+        from tokembed.tokenizer import tokenizer_from_record
+
+        return tokenizer_from_record(config["tokenizer_record"])
+    return config.get("tokenizer", "gpt2")
+
+
 def resolve_tokenizer(tokenizer):
     if tokenizer is None or not isinstance(tokenizer, str):
         return tokenizer
@@ -502,7 +511,7 @@ class EmbeddingTable:
         elif positional not in ABSOLUTE_POSITIONALS:
             positions = None
         return cls(
-            tokens, config.get("tokenizer", "gpt2"), positions=positions, positional=positional, source=str(path)
+            tokens, _checkpoint_tokenizer(config), positions=positions, positional=positional, source=str(path)
         )
 
     @classmethod

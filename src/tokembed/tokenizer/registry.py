@@ -24,6 +24,7 @@ __all__ = [
     "available_tokenizers",
     "get_tokenizer",
     "identity_from_manifest",
+    "tokenizer_from_record",
     "tokenizer_hash",
     "tokenizer_identity",
     "tokenizer_sources",
@@ -74,9 +75,33 @@ def tokenizer_identity(tok: Any) -> TokenizerIdentity:
     )
 
 
-def identity_from_manifest(entry: Mapping[str, Any] | None) -> TokenizerIdentity:
-    """A manifest's ``"tokenizer"`` entry; an entry without the newer fields is GPT-2's."""
+def identity_from_manifest(entry: Mapping[str, Any] | str | None) -> TokenizerIdentity:
+    """A manifest's (or checkpoint's) ``"tokenizer"`` entry; one without the newer fields, or the bare
+    name ``"gpt2"`` earlier checkpoints wrote, is GPT-2's."""
+    if isinstance(entry, str):
+        if entry != "gpt2":
+            raise ValueError(
+                f"tokenizer entry {entry!r} is not a tokenizer record; expected a manifest's tokenizer entry"
+            )
+        entry = None
     return TokenizerIdentity.from_dict(entry or {}, defaults=GPT2_IDENTITY_DEFAULTS)
+
+
+def tokenizer_from_record(entry: Mapping[str, Any] | str | None) -> Tokenizer:
+    """Rebuild the tokenizer a manifest or checkpoint names, and check it gives the same ids.
+
+    Raises:
+        ValueError / FileNotFoundError: it cannot be built here, or this machine's differs (names both).
+    """
+    recorded = identity_from_manifest(entry)
+    tok = get_tokenizer(recorded.source, **dict(recorded.options))
+    here = tokenizer_identity(tok)
+    if not here.same_ids(recorded):
+        raise ValueError(
+            f"the data was made with {recorded.describe()}, but {recorded.source} here is {here.describe()}; "
+            "install the same tokenizer files, or pass the right one with --tokenizer"
+        )
+    return tok
 
 
 def _remember(

@@ -112,6 +112,7 @@ def run_positions_experiment(config: PositionsExperiment, *, progress: bool = Tr
     from tokembed.model.checkpoint import load_checkpoint
     from tokembed.model.config import GPTConfig
     from tokembed.training.config import TrainConfig
+    from tokembed.training.data import data_tokenizer
     from tokembed.training.evaluation import evaluate
     from tokembed.training.loop import train
 
@@ -119,8 +120,11 @@ def run_positions_experiment(config: PositionsExperiment, *, progress: bool = Tr
     out.mkdir(parents=True, exist_ok=True)
     results: dict[str, list[dict]] = {}
     runs: dict[str, dict] = {}
+    tok = data_tokenizer(config.data)  # the vocabulary comes from the data
     for scheme in config.schemes:
         model_config = GPTConfig(
+            vocab_size=tok.n_vocab,
+            eot_token=tok.eot_token,
             context_length=config.train_length,
             dim=config.dim,
             n_layers=config.n_layers,
