@@ -510,9 +510,7 @@ class EmbeddingTable:
             )
         elif positional not in ABSOLUTE_POSITIONALS:
             positions = None
-        return cls(
-            tokens, _checkpoint_tokenizer(config), positions=positions, positional=positional, source=str(path)
-        )
+        return cls(tokens, _checkpoint_tokenizer(config), positions=positions, positional=positional, source=str(path))
 
     @classmethod
     def from_file(cls, path: str | Path, *, tokenizer="gpt2") -> EmbeddingTable:

@@ -80,10 +80,10 @@ def train(
     data = load_training_data(
         config.data, val_fraction=config.val_fraction, max_val_tokens=max_val_tokens, tokenizer=config.tokenizer
     )
-    given = model_config is not None or saved is not None
-    model_config = fit_vocabulary(_model_config(saved, model_config, config, out), data.tokenizer, given=given)
     if saved is not None:
         check_same_tokenizer(saved, data.tokenizer, out)
+    given = model_config is not None or saved is not None
+    model_config = fit_vocabulary(_model_config(saved, model_config, config, out), data.tokenizer, given=given)
     run = _Run(config, model_config, data)
     if saved is not None:
         run.state.restore(out, run.model, run.optimizer, run.loader)
