@@ -122,7 +122,7 @@ class SlidingWindowDataset(Dataset):
             index; in arrays and texts a document ends after each ``eot_token``.
         split: the split of a shard folder (``"train"`` or ``"val"``).
         verify: check the shards' sha256 sums when opening (reads the whole split once).
-        eot_token: the separator id for arrays/texts with ``within_documents`` (default GPT-2's 50256,
+        eot_token: the separator id for arrays/texts with ``within_documents`` (default GPT-2's ``GPT2_EOT``,
             or the tokenizer's for a text).
         tokenizer: the tokenizer for a text source (default GPT-2's).
 
