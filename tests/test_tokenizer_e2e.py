@@ -119,3 +119,26 @@ def test_cli_lists_tokenizers_and_prepares_with_one(tmp_path, story):
         text=True,
     )
     assert r.returncode == 2 and "tokenizer 'gpt5' is not available offline; available: gpt2, r50k_base" in r.stderr
+
+
+def test_inspection_labels_and_looks_up_with_any_tokenizer(tmp_path):
+    import torch
+
+    from tokembed.inspection.counts import token_counts
+    from tokembed.inspection.table import EmbeddingTable
+
+    table = EmbeddingTable(torch.randn(257, 4), "bytes")
+    assert table.label(104) == "h" and table.label(256) == "<|endoftext|>"
+    assert table.ids("hé") == [104, 195, 169] and table.ids("<|endoftext|>") == [256]
+    (tmp_path / "t.txt").write_text("abba<|endoftext|>")
+    counts = token_counts(tmp_path / "t.txt", tokenizer="bytes")
+    assert counts[97].item() == 2 and counts[98].item() == 2 and counts[256].item() == 1
+
+
+def test_counting_shards_of_another_tokenizer_names_both(o200k_folder):
+    from tokembed.inspection.counts import token_counts
+
+    out, _ = o200k_folder
+    with pytest.raises(ValueError, match=r"was prepared with o200k_base .* but gpt2 .* was asked for"):
+        token_counts(out, tokenizer="gpt2")
+    assert token_counts(out, tokenizer="o200k_base").sum().item() > 0

@@ -152,6 +152,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Train the same small GPT once per positional scheme and evaluate it at 1x..8x the training length.",
     )
     pos.add_argument("data", help="shard folder or text file")
+    pos.add_argument("--tokenizer", help="tokenizer of a text file (default gpt2); a shard folder uses its manifest's")
     pos.add_argument("--out", type=Path, required=True, help="folder for positions.md/.json/.png and the checkpoints")
     pos.add_argument("--schemes", type=_names, default=_SCHEMES, help="comma-separated (default all: %(default)s)")
     pos.add_argument("--train-length", type=int)
@@ -269,6 +270,7 @@ def run_experiment(args: argparse.Namespace) -> int:
             "n_heads",
             "seed",
             "eval_tokens",
+            "tokenizer",
         )
         if getattr(args, k) is not None
     }

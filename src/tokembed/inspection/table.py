@@ -32,6 +32,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from tokembed.tokenizer.base import special_tokens
+
 __all__ = [
     "EXPORT_FORMAT",
     "EmbeddingTable",
@@ -231,7 +233,7 @@ class EmbeddingTable:
 
     @functools.cached_property
     def _special_ids(self) -> frozenset[int]:
-        return frozenset(self.tokenizer._special_tokens.values()) if self.tokenizer is not None else frozenset()
+        return frozenset(special_tokens(self.tokenizer).values()) if self.tokenizer is not None else frozenset()
 
     # --------------------------------------------------------------- queries
     def ids(self, word: str) -> list[int]:
@@ -250,7 +252,7 @@ class EmbeddingTable:
             raise ValueError(
                 f"this table ({self.source or 'no source'}) has no tokenizer nor labels, so word {word!r} cannot be looked up; give token ids, or load it with tokenizer='gpt2'"
             )
-        special = self.tokenizer._special_tokens
+        special = special_tokens(self.tokenizer)
         ids = [special[word]] if word in special else self.tokenizer.encode_ordinary(word)
         for i in ids:
             if i >= self.vocab_size:
@@ -366,7 +368,7 @@ class EmbeddingTable:
             raise ValueError(
                 f"this table ({self.source or 'no source'}) has no tokenizer to split text; load it with tokenizer='gpt2'"
             )
-        ids = self.tokenizer.encode(text, allowed_special=set(self.tokenizer._special_tokens))
+        ids = self.tokenizer.encode(text, allowed_special=set(special_tokens(self.tokenizer)))
         rows = []
         for p, i in enumerate(ids):
             if i >= self.vocab_size:

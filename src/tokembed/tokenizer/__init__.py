@@ -6,7 +6,7 @@ checked against the sha256 its files must have. Every one offers the `Tokenizer`
 `TokenizerIdentity` travels with the data in the manifest.
 """
 
-from tokembed.tokenizer.base import ENDOFTEXT, Tokenizer, TokenizerIdentity
+from tokembed.tokenizer.base import ENDOFTEXT, Tokenizer, TokenizerIdentity, special_tokens
 from tokembed.tokenizer.cuts import document_cut
 from tokembed.tokenizer.gpt2 import GPT2_ENCODER_JSON_SHA256, GPT2_PAT_STR, GPT2_VOCAB_BPE_SHA256, gpt2_files
 from tokembed.tokenizer.raw_bytes import ByteTokenizer
@@ -33,6 +33,7 @@ __all__ = [
     "clear_cache",
     "document_cut",
     "get_tokenizer",
+    "special_tokens",
     "gpt2_files",
     "identity_from_manifest",
     "tokenizer_from_record",

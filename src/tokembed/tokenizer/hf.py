@@ -108,6 +108,11 @@ class HFTokenizer:
     def special_tokens_set(self) -> set[str]:
         return set(self._specials)
 
+    @property
+    def special_tokens(self) -> dict[str, int]:
+        """The special (added) tokens and their ids."""
+        return dict(self._specials)
+
     def encode_ordinary(self, text: str) -> list[int]:
         """Ids of ``text`` with no special tokens added or recognized."""
         return self._tok.encode(text, add_special_tokens=False).ids

@@ -48,6 +48,11 @@ class ByteTokenizer:
     def __hash__(self) -> int:
         return hash(ByteTokenizer)
 
+    @property
+    def special_tokens(self) -> dict[str, int]:
+        """``{"<|endoftext|>": 256}``."""
+        return {ENDOFTEXT: self.eot_token}
+
     def encode_bytes(self, data: bytes) -> list[int]:
         """Ids of raw bytes: each byte is its own id."""
         return list(data)

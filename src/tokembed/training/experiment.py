@@ -31,6 +31,7 @@ class PositionsExperiment:
     Attributes:
         data: a shard folder or text file (a text's last 10% of tokens is the validation set).
         out: where checkpoints, table and plot go.
+        tokenizer: for a text file, its tokenizer (default gpt2); a shard folder's comes from its manifest.
         schemes: the positional schemes to train (default: all seven).
         train_length: training window length (and the models' context length).
         multiples: evaluation lengths, as multiples of ``train_length``.
@@ -44,6 +45,7 @@ class PositionsExperiment:
 
     data: str
     out: str
+    tokenizer: str | None = None
     schemes: tuple[str, ...] = POSITIONAL_NAMES
     train_length: int = 32
     multiples: tuple[int, ...] = (1, 2, 4, 8)
@@ -120,7 +122,7 @@ def run_positions_experiment(config: PositionsExperiment, *, progress: bool = Tr
     out.mkdir(parents=True, exist_ok=True)
     results: dict[str, list[dict]] = {}
     runs: dict[str, dict] = {}
-    tok = data_tokenizer(config.data)  # the vocabulary comes from the data
+    tok = data_tokenizer(config.data, tokenizer=config.tokenizer)  # the vocabulary comes from the data
     for scheme in config.schemes:
         model_config = GPTConfig(
             vocab_size=tok.n_vocab,
@@ -133,6 +135,7 @@ def run_positions_experiment(config: PositionsExperiment, *, progress: bool = Tr
         )
         train_config = TrainConfig(
             data=config.data,
+            tokenizer=config.tokenizer,
             out=str(out / scheme),
             max_length=config.train_length,
             batch_size=config.batch_size,
