@@ -101,3 +101,15 @@ def load_training_data(
     val = tokens[cut:] if max_val_tokens is None else tokens[cut : cut + max_val_tokens]
     desc = f"text {path}: {len(tokens)} tokens, first {cut} for training, last {len(tokens) - cut} ({val_fraction:.0%}) for validation"
     return TrainingData(tokens[:cut], val, desc, cut, tokenizer_identity(enc))
+
+
+def check_same_tokenizer(saved: dict, tok: TokenizerIdentity, out: Path) -> None:
+    """Raise when a checkpoint was trained on ids of another tokenizer than the data's (names both)."""
+    from tokembed.tokenizer import identity_from_manifest
+
+    recorded = identity_from_manifest(saved.get("tokenizer_record") or saved.get("tokenizer"))
+    if not recorded.same_ids(tok):
+        raise ValueError(
+            f"the checkpoint in {out} was trained on ids of {recorded.describe()}, but the data was made with "
+            f"{tok.describe()}; resume on data of the same tokenizer, or train into a new --out"
+        )

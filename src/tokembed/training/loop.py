@@ -30,7 +30,7 @@ from tokembed.model.config import GPTConfig
 from tokembed.model.gpt import GPT
 from tokembed.tokenizer.base import TokenizerIdentity
 from tokembed.training.config import RESUMABLE_CHANGES, TrainConfig, lr_at
-from tokembed.training.data import TrainingData, load_training_data
+from tokembed.training.data import TrainingData, check_same_tokenizer, load_training_data
 from tokembed.training.evaluation import evaluate_tokens
 from tokembed.training.plots import write_loss_png
 from tokembed.training.state import TrainState
@@ -111,18 +111,6 @@ def fit_vocabulary(model_config: GPTConfig | None, tok: TokenizerIdentity, *, gi
             )
         model_config = dataclasses.replace(model_config, eot_token=tok.eot_token)
     return model_config
-
-
-def check_same_tokenizer(saved: dict, tok: TokenizerIdentity, out: Path) -> None:
-    """Raise when a checkpoint was trained on ids of another tokenizer than the data's (names both)."""
-    from tokembed.tokenizer import identity_from_manifest
-
-    recorded = identity_from_manifest(saved.get("tokenizer_record") or saved.get("tokenizer"))
-    if not recorded.same_ids(tok):
-        raise ValueError(
-            f"the checkpoint in {out} was trained on ids of {recorded.describe()}, but the data was made with "
-            f"{tok.describe()}; resume on data of the same tokenizer, or train into a new --out"
-        )
 
 
 def _saved_run(out: Path, config: TrainConfig, *, resume: bool) -> dict | None:
