@@ -99,3 +99,20 @@ def test_a_missing_end_of_text_asks_for_eot(tmp_path, hf_path):
     assert tokembed.get_tokenizer(path, eot="<|sep|>").eot_token == 50256
     with pytest.raises(ValueError, match=r"has no token '<\|end\|>'; pass --eot"):
         tokembed.get_tokenizer(path, eot="<|end|>")
+
+
+def test_a_wordpiece_tokenizer_with_an_eot_it_names(tmp_path):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    vocab = {"[UNK]": 0, "[SEP]": 1, "he": 2, "##llo": 3, "world": 4}
+    tok = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.add_special_tokens(["[SEP]"])
+    tok.save(str(tmp_path / "wp.json"))
+    with pytest.raises(ValueError, match=r"has none of the end-of-text tokens .*pass --eot TOKEN .*\[SEP\]"):
+        tokembed.get_tokenizer(tmp_path / "wp.json")
+    wp = tokembed.get_tokenizer(tmp_path / "wp.json", eot="[SEP]")
+    assert (wp.n_vocab, wp.eot_token) == (5, 1)
+    assert wp.encode_ordinary("hello world") == [2, 3, 4]  # the WordPiece definition: longest match first
+    assert wp.encode("hello[SEP]", allowed_special="all") == [2, 3, 1]
+    assert wp.decode_single_token_bytes(3) == b"##llo"

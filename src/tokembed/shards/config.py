@@ -5,11 +5,19 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from tokembed.shards.sources import FORMATS
 
 BACKENDS = ("auto", "tiktoken", "gigatoken")  # tokembed.tokenizer.fast.BACKENDS (not imported: it needs tiktoken)
+
+
+def _absolute_if_file(tokenizer: str) -> str:
+    """A tokenizer file's absolute path (the manifest then names it from any folder); names stay names."""
+    path = Path(tokenizer).expanduser()
+    is_file = path.suffix in (".json", ".tiktoken") or (path / "tokenizer.json").is_file()
+    return str(path.resolve()) if is_file else tokenizer
 
 
 @dataclass(frozen=True)
@@ -47,7 +55,7 @@ class PrepareConfig:
     def __post_init__(self):
         if self.backend not in BACKENDS:
             raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
-        object.__setattr__(self, "tokenizer", str(self.tokenizer))
+        object.__setattr__(self, "tokenizer", _absolute_if_file(str(self.tokenizer)))
         if not isinstance(self.field, str) or not self.field:
             raise ValueError(f"field must be a non-empty string, got {self.field!r}")
         if self.format not in FORMATS:
