@@ -32,7 +32,6 @@ from tokembed.tokenizer.base import TokenizerIdentity
 from tokembed.training.config import RESUMABLE_CHANGES, TrainConfig, lr_at
 from tokembed.training.data import TrainingData, check_same_tokenizer, load_training_data
 from tokembed.training.evaluation import evaluate_tokens
-from tokembed.training.plots import write_loss_png
 from tokembed.training.state import TrainState
 
 __all__ = ["TrainResult", "train"]
@@ -84,7 +83,7 @@ def train(
         check_same_tokenizer(saved, data.tokenizer, out)
     given = model_config is not None or saved is not None
     model_config = fit_vocabulary(_model_config(saved, model_config, config, out), data.tokenizer, given=given)
-    run = _Run(config, model_config, data)
+    run = _Run(config, model_config, data, new=saved is None)
     if saved is not None:
         run.state.restore(out, run.model, run.optimizer, run.loader)
     end = config.max_steps if stop_at is None else min(stop_at, config.max_steps)
@@ -155,11 +154,11 @@ def _model_config(saved: dict | None, given: GPTConfig | None, config: TrainConf
 class _Run:
     """One training run in memory: the model, its optimizer, the loader, and the resumable `TrainState`."""
 
-    def __init__(self, config: TrainConfig, model_config: GPTConfig, data: TrainingData) -> None:
+    def __init__(self, config: TrainConfig, model_config: GPTConfig, data: TrainingData, *, new: bool) -> None:
         self.config, self.data = config, data
         torch.manual_seed(config.seed)  # weights first, then the loader: the order resume relies on
         self.model = GPT(model_config)
-        if config.init_embeddings:
+        if config.init_embeddings and new:  # a resumed run takes its embeddings from the checkpoint
             _init_from_gpt2(self.model, config.init_embeddings)
         self.optimizer = _optimizer(self.model, config)
         self.loader = create_dataloader(
@@ -277,7 +276,6 @@ class _Run:
             optimizer=self.optimizer,
             state=s.to_dict(self.loader),
             log=log,
-            extra_files={"loss.png": lambda path: write_loss_png(log, path)},
         )
 
 
