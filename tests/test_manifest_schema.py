@@ -52,7 +52,7 @@ def test_every_sampled_byte_change_is_caught_or_changes_no_content(folder, manif
         except ValueError:
             same = False
         problems = check_shards(folder)
-        assert problems or same, (pos, chr(b[pos]))
+        assert problems or same, (pos, chr(b[pos]), bytes(b[pos - 40 : pos + 40]))
         caught += bool(problems)
         harmless += same and not problems
     assert caught > 300  # almost every change touches the content

@@ -42,7 +42,7 @@ def losses(out) -> tuple[list, list]:
 
 
 def test_ctrl_c_at_random_moments_then_resume_gives_the_uninterrupted_losses(tmp_path, monkeypatch):
-    monkeypatch.setattr("tokembed.training.loop.write_loss_png", lambda log, path: False)  # speed: no PNG
+    monkeypatch.setattr("tokembed.model.checkpoint.write_loss_png", lambda log, path: False)  # speed: no PNG
     train(cfg(tmp_path / "warm"), TINY, progress=False)  # one-time costs (tokenizer, imports) out of the timing
     t0 = time.perf_counter()
     train(cfg(tmp_path / "ref"), TINY, progress=False)

@@ -12,6 +12,11 @@ from pathlib import Path
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    _add_prepare(sub)
+    _add_folder_commands(sub)
+
+
+def _add_prepare(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "prepare",
         help="tokenize text/markdown/JSON Lines (optionally .gz) into token shards",
@@ -34,11 +39,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--shard-mb", type=float, default=8.0, help="MB of input per shard/work unit (default: 8; bounds memory)"
     )
-    p.add_argument("--tokenizer", default="gpt2")
+    _tokenizer_args(p)
     p.add_argument("--strict", action="store_true", help="fail on invalid UTF-8 instead of replacing it")
     p.add_argument(
         "--skip-bad-lines", action="store_true", help="skip (and count) JSON lines that are invalid or lack --field"
     )
+    _add_engine_options(p)
+    p.add_argument("--overwrite", action="store_true", help="replace a shard folder made from other inputs or options")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar and no summary")
+    p.set_defaults(func=run_prepare)
+
+
+def _add_engine_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=int, default=0, help="tokenizing processes (default 0: all cores)")
     p.add_argument(
         "--engine",
@@ -49,10 +61,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ray-address", default=None, help="Ray cluster address (default: a local Ray)")
     p.add_argument("--rank", type=int, default=0, help="this machine's rank (with --world-size)")
     p.add_argument("--world-size", type=int, default=1, help="machines sharing the work; then run `tokembed merge DIR`")
-    p.add_argument("--overwrite", action="store_true", help="replace a shard folder made from other inputs or options")
-    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar and no summary")
-    p.set_defaults(func=run_prepare)
 
+
+def _add_folder_commands(sub: argparse._SubParsersAction) -> None:
     c = sub.add_parser(
         "check",
         help="verify a shard folder (structure, counts, checksums)",
@@ -70,7 +81,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--world-size",
         type=int,
         default=1,
-        help="ranks sharing each epoch: also print the batches per rank (tokembed.loader)",
+        help="ranks sharing each epoch: also print the batches per rank (tokembed.data.plan)",
     )
     s.add_argument("--json", action="store_true", help="print JSON")
     s.set_defaults(func=run_stats)
@@ -80,12 +91,33 @@ def register(sub: argparse._SubParsersAction) -> None:
     m.set_defaults(func=run_merge)
 
 
+def _tokenizer_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--tokenizer",
+        default="gpt2",
+        help="gpt2 (default), r50k_base, p50k_base, cl100k_base, o200k_base, bytes, a tokenizer.json or a .tiktoken "
+        "file (`tokembed tokenizers` lists them)",
+    )
+    p.add_argument("--pattern", help="split regex of a .tiktoken file, or the encoding whose pattern it uses")
+    p.add_argument("--eot", help="end-of-text token of a tokenizer.json that has none of the usual ones")
+    p.add_argument(
+        "--tokenize-backend",
+        choices=["auto", "tiktoken", "gigatoken"],
+        default="auto",
+        help="auto: gigatoken when installed (pip install 'tokembed[fast]') and exact for the tokenizer; "
+        "the shards are identical either way",
+    )
+
+
 def run_prepare(args: argparse.Namespace) -> int:
     from tokembed.shards.config import PrepareConfig
     from tokembed.shards.prepare import prepare_corpus
 
     config = PrepareConfig(
         tokenizer=args.tokenizer,
+        pattern=args.pattern,
+        eot=args.eot,
+        backend=args.tokenize_backend,
         field=args.field,
         format=args.format,
         val_fraction=args.val_fraction,

@@ -1,12 +1,13 @@
 """Training checkpoints on disk: a directory written whole or not at all.
 
     CKPT/config.json          {"format": "tokembed-checkpoint", "version": 1, "model": {GPTConfig},
-                               "tokenizer": "gpt2", "train": {TrainConfig}, "step": int, "tokens_seen": int}
+                               "tokenizer": "gpt2", "tokenizer_record": {the data manifest's
+                               tokenizer entry}, "train": {TrainConfig}, "step": int, "tokens_seen": int}
     CKPT/model.safetensors    the weights; with tied embeddings only ``embed.token.weight`` (not ``head.weight``)
     CKPT/optimizer.pt         AdamW state (torch.save)
     CKPT/state.json           loader state, RNG state, step: what exact resume needs
     CKPT/log.json             {"train": [{"step", "tokens", "loss", "lr", "tokens_per_s"}, ...], "val": [{"step", "loss"}, ...]}
-    CKPT/loss.png             the loss curves (written by the training loop when matplotlib is installed)
+    CKPT/loss.png             the loss curves (when matplotlib is installed)
     CKPT/sha256.json          {file name: sha256} of every file above, written last
 
 Saving writes everything into ``CKPT.tmp-XXXX/`` beside ``CKPT``, fsyncs each file, then swaps the
@@ -37,6 +38,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from tokembed._atomic import fsync_dir
+from tokembed._plot import write_loss_png
 from tokembed.model.config import GPTConfig
 from tokembed.model.gpt import GPT
 
@@ -87,7 +89,9 @@ def save_checkpoint(
     optimizer: torch.optim.Optimizer | None = None,
     state: dict | None = None,
     log: dict | None = None,
+    plot: bool = True,
     extra_files: Mapping[str, Callable[[Path], object]] | None = None,
+    tokenizer: dict | None = None,
 ) -> Path:
     """Write a checkpoint directory atomically (see the module docstring) and return its path.
 
@@ -98,9 +102,10 @@ def save_checkpoint(
         step, tokens_seen: progress so far.
         optimizer: its ``state_dict()`` goes to ``optimizer.pt``.
         state: JSON-serialisable resume state (loader, RNG, ...) for ``state.json``.
-        log: the training log for ``log.json``.
-        extra_files: file name -> a function that writes that file at the path it is given (the training
-            loop's ``loss.png``); each is written inside the new checkpoint before it replaces the old one.
+        log: the training log for ``log.json`` (and ``loss.png`` when ``plot`` and matplotlib is installed).
+        plot: draw ``loss.png`` from ``log``.
+        extra_files: file name -> a function that writes that file at the path it is given; each is written inside the new checkpoint before it replaces the old one.
+        tokenizer: the training data's tokenizer record (the manifest's entry); default GPT-2's name.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -109,8 +114,18 @@ def save_checkpoint(
     try:
         os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700; give the mode mkdir would
         _write_contents(
-            tmp, model, train=train, step=step, tokens_seen=tokens_seen, optimizer=optimizer, state=state, log=log
+            tmp,
+            model,
+            train=train,
+            step=step,
+            tokens_seen=tokens_seen,
+            optimizer=optimizer,
+            state=state,
+            log=log,
+            tokenizer=tokenizer,
         )
+        if log is not None and plot:
+            write_loss_png(log, tmp / "loss.png")
         for name, write in (extra_files or {}).items():
             write(tmp / name)
         for p in tmp.iterdir():
@@ -125,12 +140,13 @@ def save_checkpoint(
     return path
 
 
-def _write_contents(tmp: Path, model: GPT, *, train, step, tokens_seen, optimizer, state, log) -> None:
+def _write_contents(tmp: Path, model: GPT, *, train, step, tokens_seen, optimizer, state, log, tokenizer) -> None:
     config = {
         "format": CHECKPOINT_FORMAT,
         "version": CHECKPOINT_VERSION,
         "model": model.config.to_dict(),
-        "tokenizer": "gpt2",
+        "tokenizer": (tokenizer or {}).get("name", "gpt2"),
+        **({"tokenizer_record": tokenizer} if tokenizer else {}),
         "train": train or {},
         "step": int(step),
         "tokens_seen": int(tokens_seen),

@@ -169,10 +169,15 @@ def prepare_corpus(
     """
     t0 = time.perf_counter()
     config = _resolve_config(config, options)
-    _check_run_options(engine=engine, workers=workers, rank=rank, world_size=world_size, overwrite=overwrite)
+    _check_run_options(engine=engine, workers=workers, rank=rank, world_size=world_size)
     out = Path(out)
     files, skipped = find_inputs(inputs, format=config.format)
-    tok, dtype = tokenizer_entry(config.tokenizer)
+    tok, dtype = tokenizer_entry(config)
+    if overwrite and world_size > 1:
+        raise ValueError(
+            "--overwrite cannot be combined with --world-size > 1 (one rank would delete the others' work); "
+            "empty the folder once before starting the ranks"
+        )
     identity = run_identity(config, files, tok, dtype)
     refuse_inputs_inside(out, files)
     if out.exists() and not out.is_dir():
@@ -209,6 +214,17 @@ def _prepare_locked(out, files, identity, config, dtype, engine, ray_address, pr
     return result
 
 
+def _same_tokenizer(path: Path, part: dict[str, Any], first_path: Path, first: dict[str, Any]) -> None:
+    from tokembed.tokenizer import identity_from_manifest
+
+    a, b = identity_from_manifest(part.get("tokenizer")), identity_from_manifest(first.get("tokenizer"))
+    if not a.same_ids(b):
+        raise ValueError(
+            f"{path.name} was tokenized with {a.describe()}, but {first_path.name} with {b.describe()}; "
+            "prepare every rank with the same --tokenizer, then merge again"
+        )
+
+
 def _resolve_config(config: PrepareConfig | None, options: dict[str, Any]) -> PrepareConfig:
     if config is None:
         return PrepareConfig(**options)
@@ -217,18 +233,13 @@ def _resolve_config(config: PrepareConfig | None, options: dict[str, Any]) -> Pr
     return config
 
 
-def _check_run_options(*, engine: str, workers: int, rank: int, world_size: int, overwrite: bool) -> None:
+def _check_run_options(*, engine: str, workers: int, rank: int, world_size: int) -> None:
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
     check_int("workers", workers, min=0, noun="an integer", hint="0 = all cores")
-    check_int("world_size", world_size, min=1)
+    check_int("world_size", world_size, min=1, noun="an integer")
     if not 0 <= check_int("rank", rank) < world_size:
         raise ValueError(f"rank must be in [0, {world_size}) for world_size {world_size}, got {rank!r}")
-    if overwrite and world_size > 1:
-        raise ValueError(
-            "--overwrite cannot be combined with --world-size > 1 (one rank would delete the others' work); "
-            "empty the folder once before starting the ranks"
-        )
 
 
 def _already_done(out: Path, rank: int, world_size: int) -> PrepareResult:
@@ -313,7 +324,7 @@ class _Run:
 
     def _skip(self, unit: Unit) -> None:
         self.result.units_skipped += 1
-        self.progress.advance(unit.disk_bytes)
+        self.progress.skipped(unit.disk_bytes)
 
     def _finish_one(self) -> None:
         fut, uid = self.engine.wait_one(self.pending)
@@ -333,7 +344,7 @@ class _Run:
         trim_heap()
         self.result.units_done += 1
         self.result.tokens_done += n_tok
-        self.progress.advance(self.disk_bytes.pop(uid), documents=n_docs, tokens=n_tok)
+        self.progress.finished(self.disk_bytes.pop(uid), documents=n_docs, tokens=n_tok)
 
 
 def merge_manifests(root: str | os.PathLike) -> dict[str, Any]:
@@ -358,6 +369,7 @@ def merge_manifests(root: str | os.PathLike) -> dict[str, Any]:
     first = partials[0]
     keys = ("format", "version", "tokenizer", "dtype", "config", "inputs", "world_size", "units")
     for p, part in zip(paths, partials):
+        _same_tokenizer(p, part, paths[0], first)
         diffs = [k for k in keys if part.get(k) != first.get(k)]
         if diffs:
             raise ValueError(

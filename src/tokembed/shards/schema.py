@@ -39,23 +39,30 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-# The tokenizer entry: field -> (check, what it must be). Add fields here when the entry grows.
-TOKENIZER_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "name": (_is_str, "a non-empty string"),
-    "n_vocab": (lambda v: _is_int(v, 1), "an integer >= 1"),
-    "eot_token": (_is_int, "an integer >= 0"),
-    "hash": (_is_str, "a non-empty string"),
+# The tokenizer entry: field -> (check, what it must be, required). Add fields here when the entry grows;
+# a field newer manifests write and older ones lack is not required.
+TOKENIZER_FIELDS: dict[str, tuple[Callable[[Any], bool], str, bool]] = {
+    "name": (_is_str, "a non-empty string", True),
+    "n_vocab": (lambda v: _is_int(v, 1), "an integer >= 1", True),
+    "eot_token": (_is_int, "an integer >= 0", True),
+    "hash": (lambda v: isinstance(v, str), "a string", True),
+    "source": (_is_str, "a non-empty string", False),
+    "files": (lambda v: _is_str_map(v), "an object of strings", False),
+    "options": (lambda v: _is_str_map(v), "an object of strings", False),
 }
 
 # PrepareConfig's fields, as recorded by prepare (an empty config: a folder written by other tools).
-CONFIG_FIELDS: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "tokenizer": (_is_str, "a non-empty string"),
-    "field": (_is_str, "a non-empty string"),
-    "format": (lambda v: v in ("auto", "text", "jsonl"), "'auto', 'text' or 'jsonl'"),
-    "val_fraction": (lambda v: _is_number(v) and 0 <= v < 1, "a number in [0, 1)"),
-    "shard_mb": (lambda v: _is_number(v) and v > 0, "a number > 0"),
-    "strict": (lambda v: isinstance(v, bool), "true or false"),
-    "skip_bad_lines": (lambda v: isinstance(v, bool), "true or false"),
+CONFIG_FIELDS: dict[str, tuple[Callable[[Any], bool], str, bool]] = {
+    "tokenizer": (_is_str, "a non-empty string", True),
+    "field": (_is_str, "a non-empty string", True),
+    "format": (lambda v: v in ("auto", "text", "jsonl"), "'auto', 'text' or 'jsonl'", True),
+    "val_fraction": (lambda v: _is_number(v) and 0 <= v < 1, "a number in [0, 1)", True),
+    "shard_mb": (lambda v: _is_number(v) and v > 0, "a number > 0", True),
+    "strict": (lambda v: isinstance(v, bool), "true or false", True),
+    "skip_bad_lines": (lambda v: isinstance(v, bool), "true or false", True),
+    "pattern": (lambda v: v is None or isinstance(v, str), "a string or null", False),
+    "eot": (lambda v: v is None or isinstance(v, str), "a string or null", False),
+    "backend": (_is_str, "a non-empty string", False),
 }
 
 SHARD_FIELDS = ("tokens", "index", "n_tokens", "n_documents", "bytes", "sha256", "index_sha256")
@@ -75,13 +82,17 @@ def seal(manifest: dict[str, Any]) -> dict[str, Any]:
     return {**manifest, MANIFEST_HASH: manifest_digest(manifest)}
 
 
-def _fields(where: str, entry: Any, fields: dict[str, tuple[Callable[[Any], bool], str]]) -> list[str]:
+def _is_str_map(v: Any) -> bool:
+    return isinstance(v, dict) and all(isinstance(k, str) and isinstance(x, str) for k, x in v.items())
+
+
+def _fields(where: str, entry: Any, fields: dict[str, tuple[Callable[[Any], bool], str, bool]]) -> list[str]:
     if not isinstance(entry, dict):
         return [f"{where} is not an object"]
-    problems = [f"{where} lacks {k!r}" for k in fields if k not in entry]
+    problems = [f"{where} lacks {k!r}" for k, (_, _, required) in fields.items() if required and k not in entry]
     problems += [
         f"{where}: {k!r} must be {what}, got {entry[k]!r}"
-        for k, (ok, what) in fields.items()
+        for k, (ok, what, _) in fields.items()
         if k in entry and not ok(entry[k])
     ]
     problems += [f"{where}: unknown key {k!r}" for k in entry if k not in fields]
@@ -220,6 +231,8 @@ def manifest_problems(manifest: Any) -> list[str]:
         and all(m is None or _is_int(m) for m in mtimes)
     ):
         problems.append("manifest: 'input_mtimes' must list one time (an integer, or null) per input")
+    known = {*required, "inputs", "config", "units", "input_mtimes", MANIFEST_HASH}
+    problems += [f"manifest: unknown key {k!r}" for k in manifest if k not in known]  # (a renamed seal too)
     if MANIFEST_HASH in manifest and not (
         isinstance(manifest[MANIFEST_HASH], str) and _SHA256.fullmatch(manifest[MANIFEST_HASH])
     ):
