@@ -92,6 +92,7 @@ def train(
     model_config = fit_vocabulary(_model_config(saved, model_config, config, out), data.tokenizer, given=given)
     run = _Run(config, model_config, data, new=saved is None)
     if saved is not None:
+        verify_checkpoint(out)  # every file exactly as saved (after the setup checks), or the damaged one named
         run.state.restore(out, run.model, run.optimizer, run.loader)
     end = config.max_steps if stop_at is None else min(stop_at, config.max_steps)
     run.loop(end, progress=progress, resumed=saved is not None)
@@ -127,7 +128,6 @@ def _saved_run(out: Path, config: TrainConfig, *, resume: bool) -> dict | None:
                 f"{out} already exists; pass resume=True (--resume) to continue it, or choose another out directory"
             )
         saved = read_checkpoint_config(out)
-        verify_checkpoint(out)  # every file exactly as saved, or an error naming the damaged one
         _check_resumable(saved["train"], config)
         return saved
     if resume:
