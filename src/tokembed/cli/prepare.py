@@ -14,16 +14,21 @@ from pathlib import Path
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "prepare",
-        help="tokenize text/markdown/JSON Lines (optionally .gz) into token shards",
+        help="tokenize text/markdown/JSON Lines (optionally .gz or .zst) and Parquet into token shards",
         description="Tokenize a corpus into a shard folder: parallel, streaming, crash-safe (rerun the same command to resume).",
     )
     p.add_argument(
         "inputs", nargs="+", metavar="INPUT", help="files, folders (recursive), glob patterns, or - for standard input"
     )
     p.add_argument("--out", "-o", type=Path, required=True, help="the shard folder to create or resume")
-    p.add_argument("--field", default="text", help="JSON Lines field holding the text (default: text)")
     p.add_argument(
-        "--format", choices=["auto", "text", "jsonl"], default="auto", help="for stdin and files without a known suffix"
+        "--field", default="text", help="JSON Lines field or Parquet column holding the text (default: text)"
+    )
+    p.add_argument(
+        "--format",
+        choices=["auto", "text", "jsonl", "parquet"],
+        default="auto",
+        help="for stdin and files without a known suffix",
     )
     p.add_argument(
         "--val-fraction",

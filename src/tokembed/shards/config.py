@@ -16,8 +16,9 @@ class PrepareConfig:
 
     Attributes:
         tokenizer: tokenizer name for `tokembed.get_tokenizer` (offline: ``"gpt2"``).
-        field: the JSON Lines field holding the text.
-        format: ``"auto"`` (by suffix), ``"text"`` or ``"jsonl"`` for files with another suffix and stdin.
+        field: the JSON Lines field, or the Parquet column, holding the text.
+        format: ``"auto"`` (by suffix), or ``"text"``, ``"jsonl"``, ``"parquet"`` for files with another suffix
+            (and ``"text"`` or ``"jsonl"`` for stdin).
         val_fraction: fraction of documents in the ``val`` split, chosen by a hash of each document's text
             (deterministic; identical documents always land in the same split).
         shard_mb: raw input per work unit (= per shard), in MB. Memory is bounded by about

@@ -57,6 +57,7 @@ from tokembed.shards.folder import (
     write_unit,
 )
 from tokembed.shards.format import MANIFEST, ShardInfo
+from tokembed.shards.parquet import check_columns
 from tokembed.shards.progress import Progress
 from tokembed.shards.sources import InputFile, resolve_inputs
 from tokembed.shards.units import Unit, iter_units, join_parts, trim_heap, unit_input_hash, unit_parts
@@ -163,6 +164,7 @@ def prepare_corpus(
     _check_run_options(engine=engine, workers=workers, rank=rank, world_size=world_size, overwrite=overwrite)
     out = Path(out)
     files = resolve_inputs(inputs, format=config.format)
+    check_columns(files, config.field)  # a Parquet file without the text column fails before the folder is touched
     tok, dtype = tokenizer_entry(config.tokenizer)
     identity = run_identity(config, files, tok, dtype)
     if prepare_folder(out, identity, overwrite=overwrite, rank=rank, world_size=world_size):
