@@ -440,7 +440,7 @@ def test_cli_prepare_check_stats(corpus, tmp_path, capsys):
     assert "nothing to do" in capsys.readouterr().err
     assert main(["check", str(out)]) == 0
     assert "OK" in capsys.readouterr().out
-    assert main(["stats", str(out), "--max-length", "4", "--stride", "4", "--batch-size", "8"]) == 0
+    assert main(["stats", str(out), "--max-length", "4", "--stride", "4", "--batch-size", "8", "--per-file"]) == 0
     text = capsys.readouterr().out
     assert "a-story.txt" in text and "5,145" in text and "0.251" in text  # 5145 tokens / 20479 characters
     assert main(["stats", str(out), "--json", "--max-length", "64", "--batch-size", "2"]) == 0
