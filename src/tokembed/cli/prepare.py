@@ -66,6 +66,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("dir", type=Path)
     c.set_defaults(func=run_check)
 
+    _register_stats(sub)
+
+    m = sub.add_parser("merge", help="finish a folder written by `prepare --rank R --world-size N` on several machines")
+    m.add_argument("dir", type=Path)
+    m.set_defaults(func=run_merge)
+
+
+def _register_stats(sub: argparse._SubParsersAction) -> None:
     s = sub.add_parser(
         "stats",
         help="documents, tokens, shards and the window plan of a shard folder (per input file with --per-file)",
@@ -83,10 +91,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--per-file", action="store_true", help="also print one row per input file")
     s.add_argument("--json", action="store_true", help="print JSON (everything, per file included)")
     s.set_defaults(func=run_stats)
-
-    m = sub.add_parser("merge", help="finish a folder written by `prepare --rank R --world-size N` on several machines")
-    m.add_argument("dir", type=Path)
-    m.set_defaults(func=run_merge)
 
 
 def run_prepare(args: argparse.Namespace) -> int:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tokembed.shards.sources import InputFile, Span
+from tokembed.shards.sources import STDIN, InputFile, Span
 
 __all__ = ["ROWS", "ParquetPlan", "RowSpan", "check_columns", "read_rows", "row_records", "row_where", "split_rows"]
 
@@ -101,6 +101,10 @@ def check_columns(files: Sequence[InputFile], field: str) -> None:
     """Check, before anything is written, that every Parquet input opens and has the string column ``field``
     (raises ValueError naming the file, see `text_column`). Reads the footers only."""
     for f in files:
+        if f.format == "parquet" and f.path == STDIN:
+            raise ValueError(
+                "Parquet cannot be read from standard input (its index is at the end of the file); save it to a file"
+            )
         if f.format == "parquet":
             pf = open_parquet(f.path)
             try:

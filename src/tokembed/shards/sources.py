@@ -53,6 +53,7 @@ TEXT_SUFFIXES = (".txt", ".text", ".md", ".markdown", ".rst")
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
 PARQUET_SUFFIXES = (".parquet",)
 CODECS = {".gz": "gzip", ".zst": "zstd"}  # compressed text and JSON Lines, by the last suffix
+KNOWN_SUFFIXES = ".txt .md .rst .jsonl .ndjson (optionally .gz or .zst), .parquet"
 STDIN = "-"
 CONT = 1  # Span.flags: this span continues a document begun in an earlier span
 MORE = 2  # Span.flags: the document goes on in the next span
@@ -154,11 +155,7 @@ def resolve_inputs(inputs: Sequence[str | os.PathLike], *, format: str = "auto")
             raise ValueError(
                 "- (standard input) must be the only input; got also " + ", ".join(p for p in inputs if p != STDIN)
             )
-        if format == "parquet":
-            raise ValueError(
-                "Parquet cannot be read from standard input (its index is at the end of the file); save it to a file"
-            )
-        return [InputFile(STDIN, "jsonl" if format == "jsonl" else "text", False, None)]
+        return [InputFile(STDIN, "text" if format == "auto" else format, False, None)]
     found: dict[str, InputFile] = {}
 
     def add(path: str, explicit: bool) -> bool:
@@ -166,8 +163,7 @@ def resolve_inputs(inputs: Sequence[str | os.PathLike], *, format: str = "auto")
         if fmt is None:
             if explicit:
                 raise ValueError(
-                    f"{path}: unknown file type; name it .txt/.md/.jsonl (optionally .gz or .zst) or .parquet, "
-                    "or pass --format text|jsonl|parquet"
+                    f"{path}: unknown file type; name it {KNOWN_SUFFIXES} or pass --format text|jsonl|parquet"
                 )
             return False
         if not os.access(path, os.R_OK):
@@ -186,9 +182,7 @@ def resolve_inputs(inputs: Sequence[str | os.PathLike], *, format: str = "auto")
                     if not f.startswith(".") and os.path.isfile(os.path.join(dirpath, f)):
                         n += add(os.path.join(dirpath, f), explicit=False)
             if n == 0:
-                raise ValueError(
-                    f"folder {item} holds no input files (.txt .md .rst .jsonl .ndjson, optionally .gz or .zst; .parquet)"
-                )
+                raise ValueError(f"folder {item} holds no input files ({KNOWN_SUFFIXES})")
         elif os.path.isfile(item):
             add(item, explicit=True)
         elif glob.has_magic(item):
