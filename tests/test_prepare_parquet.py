@@ -183,6 +183,25 @@ def test_truncated_file_and_file_without_rows(tmp_path, capsys):
     assert [f["documents"] for f in res.manifest["inputs"]] == [len(kept(column(200, seed=4))), 0]  # sorted by path
 
 
+def test_a_damaged_row_group_is_named(tmp_path):
+    col = [f"document {i} " * 20 for i in range(500)]
+    pq.write_table(
+        pa.table({"text": col}),
+        tmp_path / "ok.parquet",
+        row_group_size=100,
+        write_page_checksum=True,
+        use_dictionary=False,
+    )
+    chunk = pq.ParquetFile(tmp_path / "ok.parquet").metadata.row_group(2).column(0)
+    data = bytearray((tmp_path / "ok.parquet").read_bytes())
+    data[chunk.data_page_offset + chunk.total_compressed_size // 2] ^= 0x40  # one flipped bit inside row group 2
+    (tmp_path / "flip.parquet").write_bytes(bytes(data))
+    with pytest.raises(
+        ValueError, match=r"flip.parquet, row group 2: cannot be read \(.*CRC checksum verification failed"
+    ):
+        prepare_corpus([tmp_path / "flip.parquet"], tmp_path / "o", workers=1)
+
+
 def test_errors_name_the_file_row_group_and_row(tmp_path):
     values = [f"row {i} text".encode() for i in range(100)]
     values[57] = b"bad \xff\xfe utf-8 in an otherwise ordinary value"

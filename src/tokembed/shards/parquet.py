@@ -55,12 +55,13 @@ def _string_types():
 
 def open_parquet(path: str):
     """A `pyarrow.parquet.ParquetFile` that reads through a 1 MiB buffer (memory bounded by a batch, not a
-    column chunk). Raises ValueError naming the file when it is not Parquet or its footer is missing."""
+    column chunk) and verifies the pages' checksums where the writer stored them. Raises ValueError naming
+    the file when it is not Parquet or its footer is missing."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     try:
-        return pq.ParquetFile(path, pre_buffer=False, buffer_size=1 << 20)
+        return pq.ParquetFile(path, pre_buffer=False, buffer_size=1 << 20, page_checksum_verification=True)
     except (pa.ArrowException, OSError) as e:
         raise ValueError(
             f"{path}: not a readable Parquet file ({e}); a Parquet file keeps its row groups' index in a footer at its end, "
