@@ -213,6 +213,26 @@ def _cuts(sizes: np.ndarray, target: int) -> list[int]:
         base, need = int(csum[i]), target
 
 
+def _fixed_mmap_threshold() -> None:
+    """Have glibc serve allocations of 1 MiB and more with mmap, so they go back to the OS when freed. Its
+    default raises the threshold to the largest block freed so far, after which the planner's unit-sized
+    buffers come from the heap and fragment it: from a 20 MB to a 200 MB file of large row groups (2 workers)
+    the main process's peak grew by 16 MB, and by 8 MB with the threshold fixed."""
+    global _mmap_fixed
+    if _mmap_fixed:
+        return
+    _mmap_fixed = True
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").mallopt(-3, 1 << 20)  # M_MMAP_THRESHOLD (not glibc: nothing to do)
+    except (OSError, AttributeError):
+        pass
+
+
+_mmap_fixed = False
+
+
 class ParquetPlan:
     """One Parquet file as the planner sees it: its footer, and the large row groups it reads itself."""
 
@@ -239,6 +259,8 @@ class ParquetPlan:
     def _large_group(self, fi: int, g: int, row: int, unit_bytes: int, filled: Callable[[], int]) -> Iterator[RowSpan]:
         """Rows of row group ``g`` in spans that end where the unit fills (read here, in batches)."""
         import pyarrow as pa
+
+        _fixed_mmap_threshold()
 
         meta = self.pf.metadata.row_group(g)
         per_row = max(1, meta.column(self.col).total_uncompressed_size // max(1, meta.num_rows))
