@@ -364,7 +364,13 @@ def _file_spans(cur: _Cursor, fi: int, f: InputFile, unit_bytes: int, filled, he
 
 
 def plan_units(
-    files: Sequence[InputFile], unit_bytes: int, *, carry: bool = False, head_bytes: int = 0, field: str = "text"
+    files: Sequence[InputFile],
+    unit_bytes: int,
+    *,
+    carry: bool = False,
+    head_bytes: int = 0,
+    field: str = "text",
+    parquet=None,
 ) -> Iterator[tuple[list[Span], int]]:
     """Cut the inputs, in order, into work units of at least ``unit_bytes`` bytes (the last may be smaller).
 
@@ -377,6 +383,8 @@ def plan_units(
         carry: read every span's bytes here (for workers without access to the files); streams always do.
         head_bytes: give the first piece of each cut document its first ``head_bytes`` bytes (`Span.head`).
         field: the Parquet column holding the text.
+        parquet: what plans a Parquet file, ``parquet(file, field)`` (`tokembed.shards.parquet.ParquetPlan`,
+            given by `tokembed.shards.units.iter_units`; this module does not import it).
 
     Yields:
         ``(spans, disk_bytes)``: the unit's spans, and the bytes read from disk up to its end (compressed
@@ -384,8 +392,12 @@ def plan_units(
     """
     unit: list[Span] = []
     size, done_files, marked = 0, 0, 0
+
+    def filled() -> int:
+        return size  # bytes the unit being filled holds so far
+
     for fi, f in enumerate(files):
-        cur, spans = _open_plan(f, fi, unit_bytes, lambda: size, carry=carry, head_bytes=head_bytes, field=field)  # noqa: B023 (reads the live size)
+        cur, spans = _open_plan(f, fi, unit_bytes, filled, carry=carry, head_bytes=head_bytes, planner=(parquet, field))
         try:
             for span in spans:
                 unit.append(span)
@@ -403,12 +415,14 @@ def plan_units(
         yield unit, max(0, done_files - marked)
 
 
-def _open_plan(f: InputFile, fi: int, unit_bytes: int, filled, *, carry: bool, head_bytes: int, field: str):
-    """``(cursor, spans)`` for one input: a Parquet file's row groups, or a text/JSON Lines file's bytes."""
+def _open_plan(f: InputFile, fi: int, unit_bytes: int, filled, *, carry: bool, head_bytes: int, planner: tuple):
+    """``(cursor, spans)`` for one input: a Parquet file's row groups (``planner`` is ``(ParquetPlan, field)``),
+    or a text/JSON Lines file's bytes."""
     if f.format == "parquet":
-        from tokembed.shards.parquet import ParquetPlan
-
-        plan = ParquetPlan(f, field)
+        make, field = planner
+        if make is None:
+            raise ValueError(f"{f.path}: plan Parquet inputs with tokembed.shards.units.iter_units (it knows how)")
+        plan = make(f, field)
         return plan, plan.spans(fi, unit_bytes, filled, carry)
     cur = _Cursor(f, carry)
     return cur, _file_spans(cur, fi, f, unit_bytes, filled, head_bytes)

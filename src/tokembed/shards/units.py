@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tokembed.shards.format import INDEX_DTYPE, dtype_for_vocab
-from tokembed.shards.parquet import ROWS, read_rows, row_records, row_where, split_rows
+from tokembed.shards.parquet import ROWS, ParquetPlan, read_rows, row_records, row_where, split_rows
 from tokembed.shards.sources import CONT, LINES, MORE, InputFile, Span, line_number, plan_units, read_span, split_span
 
 if TYPE_CHECKING:
@@ -141,6 +141,7 @@ def iter_units(files: Sequence[InputFile], config: PrepareConfig, *, carry: bool
             carry=carry,
             head_bytes=_head_bytes() if config.val_fraction > 0 else 0,
             field=config.field,
+            parquet=ParquetPlan,
         )
     ):
         for sp in spans:
