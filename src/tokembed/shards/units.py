@@ -2,8 +2,9 @@
 
 `iter_units` turns the inputs' spans (`tokembed.sources.plan_units`) into numbered units, deciding the
 split of documents that get cut; `unit_parts` cuts a unit into tasks of about `PART_BYTES`;
-`tokenize_unit` runs in the workers (processes or Ray tasks): it reads a part's spans, hashes them,
-decodes, parses and tokenizes; `join_parts` puts a unit's parts back together with the sha256 of the
+`tokenize_unit` runs in the workers (processes or Ray tasks): it reads a part's spans (bytes of text and
+JSON Lines files, or Parquet rows packed by `tokembed.shards.parquet`), hashes them, decodes (refusing a
+record that is mostly not text, replacing a few invalid UTF-8 sequences), parses and tokenizes; `join_parts` puts a unit's parts back together with the sha256 of the
 files `tokembed.prepare` writes. Everything here is a pure function of the input bytes and the
 `PrepareConfig`, which is why the output does not depend on workers, engines or ranks.
 """
