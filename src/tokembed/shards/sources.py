@@ -45,7 +45,10 @@ __all__ = [
     "plan_units",
     "read_span",
     "resolve_inputs",
+    "CUTS",
+    "never_cut",
     "safe_cut",
+    "safe_space_cut",
 ]
 
 FORMATS = ("auto", "text", "jsonl", "parquet")
@@ -308,6 +311,27 @@ def safe_cut(w: bytes, lo: int = 1) -> int:
     return -1
 
 
+_SPACE_CANDIDATE = re.compile(rb"(?<=[\x21-\x7e\x80-\xff])[\t ]")
+
+
+def safe_space_cut(w: bytes, lo: int = 1) -> int:
+    """Like `safe_cut`, but only before a space or tab: safe for cl100k_base and o200k_base too, whose
+    patterns glue newlines to the punctuation before them (``".\n"`` is one pre-token)."""
+    for m in _SPACE_CANDIDATE.finditer(w, max(lo, 1)):
+        if w[m.start() - 1] < 0x80 or _non_ascii_non_space_before(w, m.start()):
+            return m.start()
+    return -1
+
+
+def never_cut(w: bytes, lo: int = 1) -> int:
+    """No safe point is known for the tokenizer: documents stay whole."""
+    return -1
+
+
+# A tokenizer's rule for cutting a large document (`tokembed.tokenizer.document_cut`) -> where to cut.
+CUTS = {"whitespace": safe_cut, "space": safe_space_cut, None: never_cut}
+
+
 def _line_cut(w: bytes, lo: int) -> int:
     i = w.find(b"\n", lo)
     return i + 1 if i >= 0 else -1
@@ -334,7 +358,9 @@ def _find_cut(cur: _Cursor, floor: int, target: int, accept) -> int:
         pos, lo = pos + SCAN - 4, 4  # windows overlap by the look-behind
 
 
-def _file_spans(cur: _Cursor, fi: int, f: InputFile, unit_bytes: int, filled, head_bytes: int) -> Iterator[Span]:
+def _file_spans(
+    cur: _Cursor, fi: int, f: InputFile, unit_bytes: int, filled, head_bytes: int, cut_at=safe_cut
+) -> Iterator[Span]:
     """The spans of one input. ``filled()`` says how many bytes the current unit already holds."""
     pos = 0
     if f.format == "jsonl":
@@ -352,7 +378,7 @@ def _file_spans(cur: _Cursor, fi: int, f: InputFile, unit_bytes: int, filled, he
     # A text file is one document; one larger than a unit is cut into pieces of at least unit_bytes,
     # at safe points counted from the document's start (so the pieces do not depend on the units).
     while True:
-        cut = _find_cut(cur, pos, pos + unit_bytes, safe_cut)
+        cut = _find_cut(cur, pos, pos + unit_bytes, cut_at)
         end = cur.end()
         more = end is None or cut < end
         flags = (CONT if pos > 0 else 0) | (MORE if more else 0)
@@ -369,6 +395,7 @@ def plan_units(
     *,
     carry: bool = False,
     head_bytes: int = 0,
+    cut_at=safe_cut,
     field: str = "text",
     parquet=None,
 ) -> Iterator[tuple[list[Span], int]]:
@@ -382,6 +409,7 @@ def plan_units(
         unit_bytes: bytes of input per unit.
         carry: read every span's bytes here (for workers without access to the files); streams always do.
         head_bytes: give the first piece of each cut document its first ``head_bytes`` bytes (`Span.head`).
+        cut_at: where a document may be cut (one of `CUTS`: the tokenizer's rule).
         field: the Parquet column holding the text.
         parquet: what plans a Parquet file, ``parquet(file, field)`` (`tokembed.shards.parquet.ParquetPlan`,
             given by `tokembed.shards.units.iter_units`; this module does not import it).
@@ -397,7 +425,9 @@ def plan_units(
         return size  # bytes the unit being filled holds so far
 
     for fi, f in enumerate(files):
-        cur, spans = _open_plan(f, fi, unit_bytes, filled, carry=carry, head_bytes=head_bytes, planner=(parquet, field))
+        cur, spans = _open_plan(
+            f, fi, unit_bytes, filled, carry=carry, head_bytes=head_bytes, cut_at=cut_at, planner=(parquet, field)
+        )
         try:
             for span in spans:
                 unit.append(span)
@@ -415,7 +445,7 @@ def plan_units(
         yield unit, max(0, done_files - marked)
 
 
-def _open_plan(f: InputFile, fi: int, unit_bytes: int, filled, *, carry: bool, head_bytes: int, planner: tuple):
+def _open_plan(f: InputFile, fi: int, unit_bytes: int, filled, *, carry: bool, head_bytes: int, cut_at, planner: tuple):
     """``(cursor, spans)`` for one input: a Parquet file's row groups (``planner`` is ``(ParquetPlan, field)``),
     or a text/JSON Lines file's bytes."""
     if f.format == "parquet":
@@ -425,7 +455,7 @@ def _open_plan(f: InputFile, fi: int, unit_bytes: int, filled, *, carry: bool, h
         plan = make(f, field)
         return plan, plan.spans(fi, unit_bytes, filled, carry)
     cur = _Cursor(f, carry)
-    return cur, _file_spans(cur, fi, f, unit_bytes, filled, head_bytes)
+    return cur, _file_spans(cur, fi, f, unit_bytes, filled, head_bytes, cut_at)
 
 
 def _unreadable(f: InputFile, cur, e: BaseException) -> str:
@@ -461,7 +491,7 @@ class _SpanCursor:
             os.close(self.fd)
 
 
-def split_span(span: Span, part_bytes: int, path: str) -> list[Span]:
+def split_span(span: Span, part_bytes: int, path: str, cut_at=safe_cut) -> list[Span]:
     """Cut ``span`` into consecutive spans of at least ``part_bytes`` bytes (the last may be smaller):
     at line ends for JSON lines, at safe points for text (each part of a document then carries `CONT` /
     `MORE` like a piece). Tokenized one by one and put together, the parts give the span's tokens."""
@@ -479,7 +509,7 @@ def split_span(span: Span, part_bytes: int, path: str) -> list[Span]:
             elif lines:
                 cut = _find_cut(cur, pos, pos + part_bytes - 1, _line_cut)
             else:
-                cut = _find_cut(cur, pos, pos + part_bytes, safe_cut)
+                cut = _find_cut(cur, pos, pos + part_bytes, cut_at)
             data = None if span.data is None else span.data[pos - span.start : cut - span.start]
             flags = keep
             if not lines:
