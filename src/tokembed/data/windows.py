@@ -22,6 +22,7 @@ from tokembed._checks import check_positive_int
 from tokembed.data.plan import window_count
 from tokembed.shards import format as shard_format
 from tokembed.shards import reader as shard_reader
+from tokembed.shards.megatron import is_megatron_prefix
 from tokembed.tokenizer import ENDOFTEXT, get_tokenizer
 
 __all__ = ["SlidingWindowDataset", "check_window_args", "encode_text"]
@@ -97,6 +98,13 @@ def _collate_windows(batch):
 GPT2_EOT = 50256  # GPT-2's <|endoftext|> id: the document separator in token arrays without an index
 
 
+def _names_shards(source: object) -> bool:
+    """A str naming an existing shard folder or Megatron prefix (any other str is a text)."""
+    if not isinstance(source, str) or len(source) >= 4096 or "\n" in source:
+        return False
+    return os.path.isdir(source) or is_megatron_prefix(source)
+
+
 class SlidingWindowDataset(Dataset):
     """The chapter's sliding windows over a shard folder, a token array or a text, computed on demand.
 
@@ -113,8 +121,10 @@ class SlidingWindowDataset(Dataset):
 
     Args:
         source: a shard folder (``pathlib.Path``, a ``str`` naming an existing folder, or a
-            ``tokembed.shards.reader.ShardSet``), a 1-D integer token array (numpy, torch or a list), or a
-            text (any other ``str``; encoded once with GPT-2's tokenizer as the chapter does).
+            ``tokembed.shards.reader.ShardSet``), a Megatron dataset prefix (``out/prefix`` of
+            ``out/prefix.bin``/``.idx``), a `tokembed.Mixture` of those, a 1-D integer token array
+            (numpy, torch or a list), or a text (any other ``str``; encoded once with GPT-2's tokenizer
+            as the chapter does).
         max_length: tokens per window (``T``).
         stride: tokens between consecutive window starts; default ``max_length`` (no overlap).
         within_documents: keep every window inside one document. Documents come from the shards'
@@ -133,6 +143,16 @@ class SlidingWindowDataset(Dataset):
             a shard folder that fails its manifest check (names the shard, points at ``tokembed check``).
         TypeError: a source of another type, or a non-integer array.
     """
+
+    def __new__(cls, source=None, *args, **kwargs):
+        # A Mixture of shard folders is accepted wherever a folder is: it gets its own subclass.
+        from tokembed.data.mixture import Mixture
+
+        if cls is SlidingWindowDataset and isinstance(source, Mixture):
+            from tokembed.data.mixture_windows import MixtureWindows
+
+            cls = MixtureWindows
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -159,9 +179,7 @@ class SlidingWindowDataset(Dataset):
     # -- construction ------------------------------------------------------------------------------
 
     def _open(self, source, *, split, verify, eot_token, tokenizer) -> None:
-        if isinstance(source, (shard_reader.ShardSet, os.PathLike)) or (
-            isinstance(source, str) and len(source) < 4096 and "\n" not in source and os.path.isdir(source)
-        ):
+        if isinstance(source, (shard_reader.ShardSet, os.PathLike)) or _names_shards(source):
             ss = (
                 source
                 if isinstance(source, shard_reader.ShardSet)
@@ -252,7 +270,7 @@ class SlidingWindowDataset(Dataset):
 
     def _describe(self) -> str:
         if self._shards is not None:
-            return f"split {self._shards.split!r} of shard folder {self._shards.root}"
+            return self._shards.describe()
         return "the text" if self.source_kind == "text" else "the token array"
 
     # -- pickling: paths and arithmetic only -------------------------------------------------------

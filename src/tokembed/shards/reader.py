@@ -68,6 +68,10 @@ class ShardSet:
     def __repr__(self) -> str:
         return f"ShardSet({str(self.root)!r}, split={self.split!r}, shards={len(self.shards)}, documents={self.n_documents}, tokens={self.n_tokens}, dtype={self.dtype.name})"
 
+    def describe(self) -> str:
+        """Where the tokens come from, for messages: ``split 'train' of shard folder DIR``."""
+        return f"split {self.split!r} of shard folder {self.root}"
+
     @property
     def eot_token(self) -> int:
         return int(self.manifest["tokenizer"]["eot_token"])
@@ -134,10 +138,11 @@ class ShardSet:
 
 
 def open_shards(root: str | os.PathLike, *, split: str = "train", verify: bool = False) -> ShardSet:
-    """Open one split of a shard folder written by `tokembed prepare`.
+    """Open one split of a shard folder written by `tokembed prepare`, or a Megatron dataset.
 
     Args:
-        root: the shard folder.
+        root: the shard folder, or the prefix ``out/prefix`` of Megatron's ``out/prefix.bin`` +
+            ``out/prefix.idx`` (read as split ``"train"``, see `tokembed.shards.megatron`).
         split: which split to open (``"train"`` or ``"val"``).
         verify: also check every file's sha256 and the document index (reads the whole split once).
             Without it, only the presence and size of each file are checked (cheap).
@@ -147,6 +152,10 @@ def open_shards(root: str | os.PathLike, *, split: str = "train", verify: bool =
         ValueError: unknown split, or a shard that is missing, of the wrong size, or (with ``verify``)
             damaged; the message names the shard and points at ``tokembed check DIR``.
     """
+    from tokembed.shards import megatron  # it builds on ShardSet
+
+    if megatron.is_megatron_prefix(root):
+        return megatron.open_megatron(root, split=split)
     root = Path(root)
     manifest = read_manifest(root)
     splits = manifest["splits"]
