@@ -318,3 +318,56 @@ def test_parse_source():
         parse_source("shards/web")
     with pytest.raises(ValueError, match=r"is not PATH:WEIGHT"):
         parse_source("shards/web:lots")
+
+
+# ----------------------------------------------------------------------------------- stats, train
+
+
+@pytest.mark.parametrize("steps", [3, 40])
+def test_stats_count_what_the_loader_reads(three, steps, capsys):
+    from tokembed.cli import main
+    from tokembed.data.stats import mixture_stats
+
+    m = Mixture({three[0]: 0.5, three[1]: 0.2, three[2]: 0.3}, seed=2)
+    st = mixture_stats(m, steps=steps, global_batch_size=6, max_length=L)
+    read = []  # what two ranks actually read over `steps` steps, epochs after epochs
+    loaders = [tokembed.create_dataloader(m, batch_size=3, max_length=L, rank=r, world_size=2) for r in range(2)]
+    while len(read) < steps * 6:
+        for batches in zip(*(windows_read(x) for x in loaders)):
+            read += [w for b in batches for w in b]
+    counts = np.bincount([s for s, _ in read[: steps * 6]], minlength=3)
+    assert [r["windows_read"] for r in st["sources"]] == counts.tolist()
+    assert [r["windows"] for r in st["sources"]] == [75, 3, 21]
+    assert [r["epochs"] for r in st["sources"]] == pytest.approx((counts / [75, 3, 21]).tolist())
+    source = [a for i, p in enumerate(three) for a in ("--source", f"{p}:{[0.5, 0.2, 0.3][i]}")]
+    assert (
+        main(
+            ["stats", *source, "--max-length", str(L), "--batch-size", "3", "--world-size", "2", "--steps", str(steps)]
+        )
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert f"{steps} steps of 6 windows" in out and f"{counts[1]:>13,}{counts[1] / 3:>10.3f}" in out
+
+
+def test_train_on_a_mixture_resumes_exactly(three, tmp_path, capsys):
+    from tokembed.cli import main
+
+    m = Mixture({three[0]: 0.6, three[2]: 0.4})
+    model = tokembed.GPTConfig(context_length=8, dim=16, n_layers=1, n_heads=2)
+    kw = dict(data=m, max_length=L, batch_size=4, max_steps=30, eval_interval=10, checkpoint_interval=10)
+    whole = tokembed.train(tokembed.TrainConfig(out=str(tmp_path / "whole"), **kw), model, progress=False)
+    tokembed.train(tokembed.TrainConfig(out=str(tmp_path / "split"), **kw), model, progress=False, stop_at=13)
+    rest = tokembed.train(tokembed.TrainConfig(out=str(tmp_path / "split"), **kw), None, progress=False, resume=True)
+    assert [r["loss"] for r in rest.log["train"]] == [r["loss"] for r in whole.log["train"]]  # 30 steps > an epoch
+    saved = json.loads((tmp_path / "whole" / "config.json").read_text())["train"]["data"]
+    assert saved == {"sources": [[str(three[0]), 0.6], [str(three[2]), 0.4]], "seed": 0}
+    args = ["train", "--source", f"{three[0]}:0.6", "--source", f"{three[2]}:0.4", "--out", str(tmp_path / "cli")]
+    small = ["--dim", "16", "--layers", "1", "--heads", "2", "--max-length", str(L), "--steps", "2", "--no-progress"]
+    assert main([*args, *small]) == 0
+    assert main([*args, "--resume", "--steps", "3", "--no-progress"]) == 0
+    other = ["train", "--source", f"{three[0]}:0.5", "--source", f"{three[2]}:0.5", "--out", str(tmp_path / "cli")]
+    assert main([*other, "--resume", "--steps", "4", "--no-progress"]) == 2
+    assert "--resume: the checkpoint was trained on" in capsys.readouterr().err
+    assert main(["train", str(three[0]), "--source", f"{three[2]}:1", "--out", str(tmp_path / "x")]) == 2
+    assert "either as DATA or as --source" in capsys.readouterr().err

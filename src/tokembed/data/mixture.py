@@ -209,6 +209,7 @@ class Mixture:
         self.seed = check_int("seed", seed, min=0)
         self.paths = tuple(Path(os.fspath(p)) for p, _ in pairs)
         raw = [_check_weight(p, w) for p, w in pairs]
+        self.given_weights = tuple(raw)
         if math.fsum(raw) <= 0:
             raise ValueError(f"the weights {raw} sum to 0; give at least one source a positive weight")
         self._check_paths()
@@ -261,6 +262,19 @@ class Mixture:
             "weights": [f"{w.numerator}/{w.denominator}" for w in self.weights],
             "seed": self.seed,
         }
+
+    def spec(self) -> dict[str, Any]:
+        """``{"sources": [[absolute path, weight as given], ...], "seed"}``: JSON, for configs and checkpoints."""
+        return {"sources": [[str(p.resolve()), w] for p, w in zip(self.paths, self.given_weights)], "seed": self.seed}
+
+    @classmethod
+    def from_spec(cls, spec: Any) -> Mixture:
+        """The mixture `spec` describes (a checkpoint's ``data`` entry)."""
+        if not isinstance(spec, Mapping) or not isinstance(spec.get("sources"), (list, tuple)) or "seed" not in spec:
+            raise ValueError(
+                f"{spec!r} does not describe a mixture; expected {{'sources': [[path, weight], ...], 'seed': 0}}"
+            )
+        return cls([tuple(pair) for pair in spec["sources"]], seed=spec["seed"])
 
     def state_entries(self) -> dict[str, Any]:
         """What a loader's state records of the mixture beside its data: the weights and the seed."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,17 +29,41 @@ def _is_shard_folder(path: Path) -> bool:
     return path.is_dir() and (path / "manifest.json").exists()
 
 
+def _mixture_data(spec: dict, max_val_tokens: int | None) -> TrainingData:
+    """A mixture: its sources' train splits, mixed by the loader; validation: each source's val split, by weight."""
+    from tokembed.data.mixture import Mixture
+    from tokembed.shards.reader import open_shards
+
+    mixture = Mixture.from_spec(spec)
+    vals, n_train = [], 0
+    for path, weight in zip(mixture.paths, mixture.weights):
+        n_train += open_shards(path, split="train").n_tokens
+        try:
+            split = open_shards(path, split="val")
+        except ValueError:  # no val split (a Megatron dataset has none)
+            continue
+        n = split.n_tokens if max_val_tokens is None else min(split.n_tokens, math.ceil(max_val_tokens * weight))
+        vals.append(np.asarray(split.read(0, n), dtype=np.int64))
+    val = np.concatenate(vals) if vals and sum(map(len, vals)) else None
+    desc = f"{mixture!r}: train splits {n_train} tokens, val splits {0 if val is None else len(val)} tokens read"
+    return TrainingData(mixture, val, desc, n_train)
+
+
 def load_training_data(
-    data: str | Path, *, val_fraction: float = 0.1, max_val_tokens: int | None = None
+    data: str | Path | dict, *, val_fraction: float = 0.1, max_val_tokens: int | None = None
 ) -> TrainingData:
     """Resolve ``data`` into training source and validation tokens.
 
     A shard folder: its ``train`` split (read lazily by the loader) and its ``val`` split.
     A text file: GPT-2 tokens, the first ``1 - val_fraction`` for training, the rest for validation.
+    A mixture's spec (`tokembed.Mixture.spec`): the `Mixture` of the sources' train splits; validation
+    tokens from each source's val split, in proportion to its weight.
 
     Args:
         max_val_tokens: read at most this many validation tokens (large shard folders).
     """
+    if isinstance(data, dict):
+        return _mixture_data(data, max_val_tokens)
     path = Path(data)
     if not path.exists():
         raise FileNotFoundError(
