@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 
 import numpy as np
 import torch
@@ -64,12 +65,14 @@ class MixtureWindows(SlidingWindowDataset):
         self.n_windows = sum(len(s) for s in self.sources)
         self.eot_token = first.eot_token
         self._sizes = np.array([len(s) for s in self.sources], dtype=np.int64)  # (S,)
+        self._offsets = np.cumsum([0] + [s.n_tokens for s in self.sources], dtype=np.int64)  # (S+1,)
         self._fingerprint = None
         self._perms: dict[tuple[int, int, int, bool], FeistelPermutation] = {}
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         state["_perms"] = {}
+        state.pop("_segs", None)  # memory maps: reopened in the receiving process
         return state
 
     def __setstate__(self, state: dict) -> None:
@@ -103,10 +106,14 @@ class MixtureWindows(SlidingWindowDataset):
         window = pos
         if shuffle:
             window = np.empty_like(pos)
-            pairs = np.unique(np.stack([source, epoch]), axis=1).T  # the (source, epoch) pairs present
-            for s, e in pairs.tolist():
-                sel = (source == s) & (epoch == e)
-                window[sel] = self._perm(s, e, seed)(pos[sel])
+            for s in range(len(self._sizes)):
+                sel = np.flatnonzero(source == s)
+                if not len(sel):
+                    continue
+                e = epoch[sel]
+                for ep in range(int(e.min()), int(e.max()) + 1):  # a block spans one or two epochs of a source
+                    part = sel if e[0] == e[-1] else sel[e == ep]
+                    window[part] = self._perm(s, ep, seed)(pos[part])
         return (window * len(self._sizes) + source).reshape(slots.shape)
 
     def sources_of(self, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -124,18 +131,52 @@ class MixtureWindows(SlidingWindowDataset):
             "a mixture's windows start in several token streams; use sources_of(codes(slots)) and each source's starts()"
         )
 
+    def _segments(self) -> tuple[np.ndarray, list[np.ndarray]]:
+        """Every source's segments (shards) end to end, as one stream: ``(cumulative (n+1,), flat views)``.
+
+        Made once per process (each worker maps its own files). One search over it places a batch's
+        windows from all sources at once.
+        """
+        pid, segments = self.__dict__.get("_segs", (None, None))
+        if pid != os.getpid():
+            cum, flats = [0], []
+            for ds in self.sources:
+                views = ds._views()
+                for i, n in enumerate(ds._seg_len.tolist()):
+                    flats.append(ds._flat(i, views))
+                    cum.append(cum[-1] + n)
+            segments = (np.asarray(cum, dtype=np.int64), flats)
+            self._segs = (os.getpid(), segments)
+        return segments
+
+    def _straddler(self, start: int) -> np.ndarray:
+        """The tokens of a window that crosses a shard boundary of its source (a new array)."""
+        s = int(np.searchsorted(self._offsets, start, side="right")) - 1
+        local = start - int(self._offsets[s])
+        return self.sources[s]._shards.read(local, local + self.max_length + 1)
+
     def _gather(
         self, codes: np.ndarray, out: tuple[np.ndarray, np.ndarray] | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         source, window = self.sources_of(codes)  # (B,), (B,)
+        starts = np.empty(len(codes), dtype=np.int64)  # (B,) in the sources' streams end to end
+        for s in np.flatnonzero(np.bincount(source, minlength=len(self.sources))).tolist():
+            sel = source == s
+            starts[sel] = self.sources[s]._starts(window[sel]) + self._offsets[s]
+        cum, flats = self._segments()
+        w = self.max_length + 1
+        seg = np.searchsorted(cum, starts, side="right") - 1  # (B,) the segment of each start
+        local = starts - cum[seg]
+        inside = local + w <= cum[seg + 1] - cum[seg]
+        pieces = [
+            flats[i][j : j + w] if ok else self._straddler(a)
+            for i, j, ok, a in zip(seg.tolist(), local.tolist(), inside.tolist(), starts.tolist())
+        ]
+        rows = np.concatenate(pieces).reshape(len(codes), w)  # (B, T+1): one copy, in the batch's order
         shape = (len(codes), self.max_length)
         inputs, targets = out if out is not None else (np.empty(shape, np.int64), np.empty(shape, np.int64))
-        for s in np.unique(source).tolist():
-            sel = np.flatnonzero(source == s)
-            ds = self.sources[s]
-            rows = ds.gather_rows(ds._starts(window[sel]))  # (b_s, T+1) in the source's dtype
-            inputs[sel] = rows[:, :-1]  # (b_s, T) into (B, T)
-            targets[sel] = rows[:, 1:]
+        np.copyto(inputs, rows[:, :-1])  # (B, T) int64
+        np.copyto(targets, rows[:, 1:])  # (B, T), the inputs shifted by one
         return torch.from_numpy(inputs), torch.from_numpy(targets)
 
     def fingerprint(self) -> str:

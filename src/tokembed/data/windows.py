@@ -351,6 +351,22 @@ class SlidingWindowDataset(Dataset):
         seg = self._array if self._shards is None else self._shards.tokens(i)
         return seg.view(np.ndarray)  # the same memory, without np.memmap's per-slice bookkeeping
 
+    def row_pieces(self, starts: np.ndarray) -> list[np.ndarray]:
+        """Tokens ``[start, start + max_length + 1)`` of each start, one 1-D array each: views, but for
+        the few windows that straddle shards. A mixture concatenates the pieces of several sources at once."""
+        views = self._views()
+        w = self.max_length + 1
+        seg = np.searchsorted(self._cum, starts, side="right") - 1  # (B,) the segment holding each start
+        local = starts - self._cum[seg]
+        inside = local + w <= self._seg_len[seg]
+        flat = views.get("flat")
+        if flat is None:
+            flat = views["flat"] = [self._flat(i, views) for i in range(len(self._seg_len))]
+        return [
+            flat[i][j : j + w] if ok else self._shards.read(a, a + w)
+            for i, j, ok, a in zip(seg.tolist(), local.tolist(), inside.tolist(), starts.tolist())
+        ]
+
     def gather_rows(self, starts: np.ndarray) -> np.ndarray:
         """Tokens ``[start, start + max_length + 1)`` for each start: (B, T+1), in the source's dtype."""
         views = self._views()
@@ -366,13 +382,7 @@ class SlidingWindowDataset(Dataset):
         if len(starts) <= 8 * min(len(self._seg_len), len(starts)):
             # Few windows per shard: one slice per window and a single concatenate beat a fancy index
             # per shard (slices of a plain ndarray view: slicing an np.memmap costs ~1 us more each).
-            flat = [self._flat(i, views) for i in range(len(self._seg_len))] if "flat" not in views else views["flat"]
-            views["flat"] = flat
-            pieces = [
-                flat[i][j : j + w] if ok else self._shards.read(a, a + w)
-                for i, j, ok, a in zip(seg.tolist(), local.tolist(), inside.tolist(), starts.tolist())
-            ]
-            return np.concatenate(pieces).reshape(len(starts), w)
+            return np.concatenate(self.row_pieces(starts)).reshape(len(starts), w)
         # Sort the windows by shard, gather each shard's run with one fancy index into consecutive rows,
         # then put the rows back in the batch's order with one more (small: the source's dtype).
         key = np.where(inside, seg, -1)  # straddlers (-1) first: filled below
