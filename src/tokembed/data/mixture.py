@@ -263,6 +263,12 @@ class Mixture:
             "seed": self.seed,
         }
 
+    def window_dataset_class(self) -> type:
+        """`MixtureWindows`: what ``SlidingWindowDataset(mixture, ...)`` builds (imported here: it needs torch)."""
+        from tokembed.data.mixture_windows import MixtureWindows
+
+        return MixtureWindows
+
     def spec(self) -> dict[str, Any]:
         """``{"sources": [[absolute path, weight as given], ...], "seed"}``: JSON, for configs and checkpoints."""
         return {"sources": [[str(p.resolve()), w] for p, w in zip(self.paths, self.given_weights)], "seed": self.seed}

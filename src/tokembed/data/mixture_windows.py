@@ -20,7 +20,6 @@ import os
 import numpy as np
 import torch
 
-from tokembed.data.mixture import Mixture
 from tokembed.data.shuffle import FeistelPermutation
 from tokembed.data.windows import SlidingWindowDataset
 
@@ -33,7 +32,7 @@ class MixtureWindows(SlidingWindowDataset):
     """Sliding windows over a `Mixture` of shard folders, in its global order.
 
     Args:
-        mixture: the sources and weights.
+        mixture: the `tokembed.Mixture`: sources and weights.
         max_length, stride, within_documents, split, verify: as for `SlidingWindowDataset`, for every source.
 
     Attributes:
@@ -44,7 +43,7 @@ class MixtureWindows(SlidingWindowDataset):
 
     def __init__(
         self,
-        mixture: Mixture,
+        mixture,
         *,
         max_length: int,
         stride: int | None = None,

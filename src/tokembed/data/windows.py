@@ -145,13 +145,11 @@ class SlidingWindowDataset(Dataset):
     """
 
     def __new__(cls, source=None, *args, **kwargs):
-        # A Mixture of shard folders is accepted wherever a folder is: it gets its own subclass.
-        from tokembed.data.mixture import Mixture
-
-        if cls is SlidingWindowDataset and isinstance(source, Mixture):
-            from tokembed.data.mixture_windows import MixtureWindows
-
-            cls = MixtureWindows
+        # A source that names its own windows (a tokembed.Mixture: MixtureWindows) gets them, so it is
+        # accepted wherever a shard folder is.
+        variant = getattr(source, "window_dataset_class", None)
+        if cls is SlidingWindowDataset and variant is not None:
+            cls = variant()
         return super().__new__(cls)
 
     def __init__(

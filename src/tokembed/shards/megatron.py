@@ -1,6 +1,6 @@
 """Megatron-LM's indexed dataset: ``PREFIX.bin`` + ``PREFIX.idx``, read as a shard split and written from one.
 
-The format, as megatron-core's ``megatron/core/datasets/indexed_dataset.py`` (``_IndexWriter``,
+The format (the reader is `tokembed.shards.reader.MegatronSplit`), as megatron-core's ``megatron/core/datasets/indexed_dataset.py`` (``_IndexWriter``,
 ``_IndexReader``) defines it; every integer is little-endian:
 
 - ``PREFIX.bin``: the tokens of every sequence, back to back, in the index's dtype.
@@ -19,7 +19,6 @@ Megatron ignores and tokembed reads back, so a round trip keeps the tokenizer's 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import struct
@@ -29,16 +28,13 @@ from typing import Any
 
 import numpy as np
 
-from tokembed.shards.format import ShardInfo, sha256_file
-from tokembed.shards.reader import ShardSet
-
 __all__ = [
+    "SIDECAR",
     "MAGIC",
     "MegatronIndex",
-    "MegatronSplit",
     "is_megatron_prefix",
-    "open_megatron",
     "read_megatron_index",
+    "recorded",
     "recorded_tokenizer",
 ]
 
@@ -149,69 +145,6 @@ def _check_layout(index: MegatronIndex, ipath: Path, bpath: Path) -> None:
         )
 
 
-class MegatronSplit(ShardSet):
-    """A Megatron dataset seen as one split of a shard folder: one shard, its documents from the index.
-
-    Everything that reads a `ShardSet` (the window datasets, the loaders, the exports) reads it.
-    ``manifest["tokenizer"]`` comes from ``PREFIX.tokembed.json`` when tokembed wrote the dataset, else
-    it is ``{"name": None, ...}`` (Megatron records no tokenizer).
-    """
-
-    def __init__(self, prefix: Path, index: MegatronIndex, tokenizer: dict[str, Any], bin_sha256: str | None) -> None:
-        n_tokens = int(index.lengths.sum(dtype=np.int64))
-        starts = index.doc_starts()
-        info = ShardInfo(
-            tokens=bin_path(prefix).name,
-            index=idx_path(prefix).name,
-            n_tokens=n_tokens,
-            n_documents=len(starts),
-            bytes=n_tokens * index.dtype.itemsize,
-            sha256="",
-            index_sha256=sha256_file(idx_path(prefix)),
-        )
-        # The data fingerprint (the loader's state) reads ``sha256``: the export's record of the .bin, or
-        # else the index's hash (the .bin is not hashed on opening: it may be terabytes).
-        info = dataclasses.replace(info, sha256=bin_sha256 or f"idx:{info.index_sha256}")
-        manifest = {"format": "megatron", "tokenizer": tokenizer, "dtype": index.dtype.name, "splits": {}}
-        super().__init__(prefix.parent, "train", manifest, [info])
-        self.dtype = index.dtype
-        self.prefix = prefix
-        self._starts = np.array(starts)  # (D,) small: one int64 per document
-
-    def __repr__(self) -> str:
-        return f"MegatronSplit({str(self.prefix)!r}, documents={self.n_documents}, tokens={self.n_tokens}, dtype={self.dtype.name})"
-
-    def describe(self) -> str:
-        return f"Megatron dataset {self.prefix}"
-
-    @property
-    def eot_token(self) -> int | None:
-        eot = self.manifest["tokenizer"].get("eot_token")
-        return None if eot is None else int(eot)
-
-    def index(self, i: int) -> np.ndarray:
-        if i != 0:
-            raise IndexError(f"shard {i} does not exist: the Megatron dataset {self.prefix} is one shard (0)")
-        return self._starts
-
-
-def open_megatron(prefix: str | os.PathLike, *, split: str = "train") -> MegatronSplit:
-    """Open the Megatron dataset ``PREFIX.bin``/``PREFIX.idx`` as split ``"train"`` (it has no other).
-
-    Raises:
-        ValueError: a split other than ``"train"``, or a damaged pair (see `read_megatron_index`).
-    """
-    prefix = Path(prefix)
-    if split != "train":
-        raise ValueError(
-            f"a Megatron dataset has no splits: {prefix} is read as split 'train', not {split!r}; give the validation data as its own prefix"
-        )
-    index = read_megatron_index(prefix)
-    meta = _sidecar(prefix)
-    tokenizer = meta.get("tokenizer") or {"name": None, "n_vocab": None, "eot_token": None, "hash": None}
-    return MegatronSplit(prefix, index, tokenizer, meta.get("bin_sha256"))
-
-
 def _sidecar(prefix: str | os.PathLike) -> dict[str, Any]:
     side = Path(f"{os.fspath(prefix)}{SIDECAR}")
     if not side.is_file():
@@ -223,6 +156,11 @@ def _sidecar(prefix: str | os.PathLike) -> dict[str, Any]:
             f"{side} is not valid JSON ({e}); delete it (it only records the tokenizer) or re-export"
         ) from None
     return meta if isinstance(meta, dict) else {}
+
+
+def recorded(prefix: str | os.PathLike) -> dict[str, Any]:
+    """What tokembed's export recorded beside ``PREFIX`` (``{}`` for a dataset made elsewhere)."""
+    return _sidecar(prefix)
 
 
 def recorded_tokenizer(prefix: str | os.PathLike) -> dict[str, Any] | None:
