@@ -10,8 +10,8 @@ for all ``K`` (when ``w_i K`` is an integer both sides are equal). Read as a sch
 machine, the ``m``-th window of source ``i`` (``m = 1, 2, ...``) must be placed
 
 - no later than slot ``D = ceil(m / w_i)`` (else ``c_i(D) < m <= w_i D``: under the lower bound), and
-- no earlier than slot ``R = floor((m - 1) / w_i) + 1`` (else at some ``K < R``, ``c_i(K) >= m > w_i K + 1``... i.e.
-  ``c_i(K) > ceil(w_i K)``: over the upper bound),
+- no earlier than slot ``R = floor((m - 1) / w_i) + 1`` (placed at a slot ``K < R``, ``w_i K <= m - 1``,
+  so ``c_i(K) >= m > ceil(w_i K)``: over the upper bound),
 
 slots counted from 1. A schedule meeting every window ``[R, D]`` exists for any weights (Balinski and
 Young's quota method, 1975; Tijdeman's chairman assignment, 1980). For unit jobs with integer release
