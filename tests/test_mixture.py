@@ -371,3 +371,20 @@ def test_train_on_a_mixture_resumes_exactly(three, tmp_path, capsys):
     assert "--resume: the checkpoint was trained on" in capsys.readouterr().err
     assert main(["train", str(three[0]), "--source", f"{three[2]}:1", "--out", str(tmp_path / "x")]) == 2
     assert "either as DATA or as --source" in capsys.readouterr().err
+
+
+@settings(max_examples=20)
+@given(
+    ns=st.lists(st.integers(1, 5000), min_size=1, max_size=5),
+    seed=st.integers(0, 2**40),
+    k=st.integers(1, 300),
+)
+def test_a_feistel_family_agrees_with_each_permutation(ns, seed, k):
+    from tokembed.data.shuffle import FeistelFamily, FeistelPermutation
+
+    perms = [FeistelPermutation(n, seed=seed, epoch=e) for e, n in enumerate(ns)]
+    rng = np.random.default_rng(seed % 2**32)
+    group = rng.integers(0, len(ns), k)
+    pos = rng.integers(0, np.asarray(ns)[group])
+    expected = [int(perms[g](np.array([p]))[0]) for g, p in zip(group.tolist(), pos.tolist())]
+    assert FeistelFamily(perms)(pos, group).tolist() == expected  # two paths: one pass, or one permutation each

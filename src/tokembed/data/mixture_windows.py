@@ -20,7 +20,7 @@ import os
 import numpy as np
 import torch
 
-from tokembed.data.shuffle import FeistelPermutation
+from tokembed.data.shuffle import FeistelFamily, FeistelPermutation
 from tokembed.data.windows import SlidingWindowDataset
 
 __all__ = ["MixtureWindows"]
@@ -102,17 +102,15 @@ class MixtureWindows(SlidingWindowDataset):
         slots = np.asarray(slots, dtype=np.int64)
         source, draw = self.mixture.schedule.draws(slots.ravel())  # (K,), (K,)
         epoch, pos = np.divmod(draw, self._sizes[source])
-        window = pos
-        if shuffle:
-            window = np.empty_like(pos)
-            for s in range(len(self._sizes)):
-                sel = np.flatnonzero(source == s)
-                if not len(sel):
-                    continue
-                e = epoch[sel]
-                for ep in range(int(e.min()), int(e.max()) + 1):  # a block spans one or two epochs of a source
-                    part = sel if e[0] == e[-1] else sel[e == ep]
-                    window[part] = self._perm(s, ep, seed)(pos[part])
+        if not shuffle:
+            return (pos * len(self._sizes) + source).reshape(slots.shape)
+        perms, group = [], np.empty_like(pos)  # one permutation per (source, epoch) in the block
+        for s in np.flatnonzero(np.bincount(source, minlength=len(self._sizes))).tolist():
+            sel = np.flatnonzero(source == s)
+            first, last = int(epoch[sel].min()), int(epoch[sel].max())  # one or two epochs in a loader's block
+            group[sel] = len(perms) + epoch[sel] - first
+            perms += [self._perm(s, e, seed) for e in range(first, last + 1)]
+        window = FeistelFamily(perms)(pos, group)
         return (window * len(self._sizes) + source).reshape(slots.shape)
 
     def sources_of(self, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
