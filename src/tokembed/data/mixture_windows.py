@@ -66,7 +66,7 @@ class MixtureWindows(SlidingWindowDataset):
         self._sizes = np.array([len(s) for s in self.sources], dtype=np.int64)  # (S,)
         self._offsets = np.cumsum([0] + [s.n_tokens for s in self.sources], dtype=np.int64)  # (S+1,)
         self._fingerprint = None
-        self._perms: dict[tuple[int, int, int, bool], FeistelPermutation] = {}
+        self._perms: dict[tuple[int, int, int], FeistelPermutation] = {}  # (source, epoch, seed)
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
