@@ -131,9 +131,10 @@ def test_each_source_is_read_in_whole_epochs(tmp_path_factory, sizes, weights, s
         assert len(set(part.tolist())) == len(part)  # no window twice before the source's epoch ends
 
 
-def test_a_mixture_window_is_its_sources_window(three):
+@pytest.mark.parametrize("within", [False, True])
+def test_a_mixture_window_is_its_sources_window(three, within):
     m = Mixture({three[0]: 0.5, three[1]: 0.25, three[2]: 0.25}, seed=4)
-    ds = tokembed.SlidingWindowDataset(m, max_length=L)
+    ds = tokembed.SlidingWindowDataset(m, max_length=L, stride=3, within_documents=within)
     slots = np.arange(3 * len(ds)) % len(ds)
     x, y = ds.gather(slots)
     source, window = ds.sources_of(ds.codes(slots))

@@ -156,10 +156,13 @@ class MixtureWindows(SlidingWindowDataset):
         self, codes: np.ndarray, out: tuple[np.ndarray, np.ndarray] | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         source, window = self.sources_of(codes)  # (B,), (B,)
-        starts = np.empty(len(codes), dtype=np.int64)  # (B,) in the sources' streams end to end
-        for s in np.flatnonzero(np.bincount(source, minlength=len(self.sources))).tolist():
-            sel = source == s
-            starts[sel] = self.sources[s]._starts(window[sel]) + self._offsets[s]
+        if not self.within_documents:  # every source's window k starts at k * stride of its stream
+            starts = window * self.stride + self._offsets[source]  # (B,) in the sources' streams end to end
+        else:
+            starts = np.empty(len(codes), dtype=np.int64)
+            for s in np.flatnonzero(np.bincount(source, minlength=len(self.sources))).tolist():
+                sel = source == s
+                starts[sel] = self.sources[s]._starts(window[sel]) + self._offsets[s]
         cum, flats = self._segments()
         w = self.max_length + 1
         seg = np.searchsorted(cum, starts, side="right") - 1  # (B,) the segment of each start
