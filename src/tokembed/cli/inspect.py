@@ -133,9 +133,8 @@ def _cmd_positions(args) -> int:
 
 
 def _cmd_plot(args) -> int:
-    from tokembed._plot import save_figure
+    from tokembed._plot import plot_loss, save_figure
     from tokembed.inspection import plot
-    from tokembed.training.plots import plot_loss
 
     table = _table(args)
     counts = None

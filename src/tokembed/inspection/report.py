@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import html
-import importlib.util
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -227,7 +226,7 @@ def _summary_section(r: _ReportData) -> str:
 def _training_section(r: _ReportData) -> str:
     if r.ckpt is None or not (r.ckpt / "log.json").is_file():
         return ""
-    from tokembed.training.plots import plot_loss
+    from tokembed._plot import plot_loss
 
     try:
         log = json.loads((r.ckpt / "log.json").read_text(encoding="utf-8"))
@@ -250,7 +249,12 @@ def _embeddings_section(r: _ReportData, config: ReportConfig) -> str:
     pics = [projection("pca")]
     want_tsne = config.tsne
     if want_tsne is None:
-        want_tsne = importlib.util.find_spec("sklearn") is not None
+        try:
+            import sklearn  # noqa: F401
+
+            want_tsne = True
+        except ImportError:
+            want_tsne = False
         if not want_tsne:
             pics.append(
                 "<p class=\"note\">t-SNE is not drawn: install scikit-learn (pip install 'tokembed[tsne]').</p>"

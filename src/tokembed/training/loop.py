@@ -30,7 +30,6 @@ from tokembed.model.gpt import GPT
 from tokembed.training.config import RESUMABLE_CHANGES, TrainConfig, lr_at
 from tokembed.training.data import TrainingData, load_training_data
 from tokembed.training.evaluation import evaluate_tokens
-from tokembed.training.plots import write_loss_png
 from tokembed.training.state import TrainState
 
 __all__ = ["TrainResult", "train"]
@@ -77,7 +76,7 @@ def train(
         check_positive_int("stop_at", stop_at)
     max_val_tokens = config.eval_batches * config.batch_size * config.max_length + 1
     data = load_training_data(config.data, val_fraction=config.val_fraction, max_val_tokens=max_val_tokens)
-    run = _Run(config, model_config, data)
+    run = _Run(config, model_config, data, new=saved is None)
     if saved is not None:
         run.state.restore(out, run.model, run.optimizer, run.loader)
     end = config.max_steps if stop_at is None else min(stop_at, config.max_steps)
@@ -128,11 +127,11 @@ def _model_config(saved: dict | None, given: GPTConfig | None, config: TrainConf
 class _Run:
     """One training run in memory: the model, its optimizer, the loader, and the resumable `TrainState`."""
 
-    def __init__(self, config: TrainConfig, model_config: GPTConfig, data: TrainingData) -> None:
+    def __init__(self, config: TrainConfig, model_config: GPTConfig, data: TrainingData, *, new: bool) -> None:
         self.config, self.data = config, data
         torch.manual_seed(config.seed)  # weights first, then the loader: the order resume relies on
         self.model = GPT(model_config)
-        if config.init_embeddings:
+        if config.init_embeddings and new:  # a resumed run takes its embeddings from the checkpoint
             _init_from_gpt2(self.model, config.init_embeddings)
         self.optimizer = _optimizer(self.model, config)
         self.loader = create_dataloader(
@@ -249,7 +248,6 @@ class _Run:
             optimizer=self.optimizer,
             state=s.to_dict(self.loader),
             log=log,
-            extra_files={"loss.png": lambda path: write_loss_png(log, path)},
         )
 
 
