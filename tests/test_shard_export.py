@@ -183,3 +183,13 @@ def test_exports_refuse_to_overwrite_without_force(tmp_path, capsys):
     assert cli(["export", str(tmp_path / "s"), "--format", "megatron", str(tmp_path / "m")]) == 2
     assert "m.idx already exists" in capsys.readouterr().err
     assert cli(["export", str(tmp_path / "s"), "--format", "megatron", str(tmp_path / "m"), "--force"]) == 0
+
+
+@pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")  # inside megatron-core
+def test_a_negative_id_of_a_signed_megatron_dataset_is_refused(tmp_path):
+    builder = megatron_indexed.IndexedDatasetBuilder(str(tmp_path / "m.bin"), dtype=np.int32)
+    builder.add_document(torch.tensor([1, -3, EOT]), lengths=[3])
+    builder.finalize(str(tmp_path / "m.idx"))
+    with pytest.raises(ValueError, match=r"token id -3 at offset 1 of split 'train' .* \(ids 0 to 65535\)"):
+        export_nanogpt(tmp_path / "m", tmp_path / "nano")
+    assert not (tmp_path / "nano").exists() or not list((tmp_path / "nano").iterdir())

@@ -8,6 +8,7 @@ refuse a token id that does not fit the target dtype, naming it and where it is.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -40,11 +41,11 @@ def _write_tokens(ss: ShardSet, f, dtype: np.dtype, what: str) -> str:
     limit = np.iinfo(dtype).max
     h = hashlib.sha256()
     for offset, chunk in _chunks(ss):
-        if chunk.size and int(chunk.max()) > limit:
-            j = int(np.argmax(chunk > limit))
+        if chunk.size and (int(chunk.max()) > limit or int(chunk.min()) < 0):  # a Megatron source may be signed
+            j = int(np.argmax((chunk > limit) | (chunk < 0)))
             raise ValueError(
                 f"token id {int(chunk[j])} at offset {offset + j} of split {ss.split!r} of {ss.root} does not fit {what}'s "
-                f"{dtype.name} (ids up to {limit}); nothing was written: export with a format whose dtype holds the vocabulary"
+                f"{dtype.name} (ids 0 to {limit}); nothing was written: export with a format whose dtype holds the vocabulary"
             )
         data = chunk.astype(dtype.newbyteorder("<"), copy=False).tobytes()
         h.update(data)
@@ -86,11 +87,11 @@ def export_nanogpt(root: str | os.PathLike, out: str | os.PathLike, *, overwrite
     targets = [out / f"{s}.bin" for s in splits]
     _check_out(targets, overwrite)
     files = {}
-    for split, path in zip(splits, targets):
-        ss = open_shards(root, split=split)
-        with atomic_open(path, "wb") as f:
-            digest = _write_tokens(ss, f, np.dtype("<u2"), "nanoGPT")
-        files[split] = {"path": str(path), "tokens": ss.n_tokens, "sha256": digest}
+    with contextlib.ExitStack() as stack:  # both files are renamed into place at the end, or neither
+        for split, path in zip(splits, targets):
+            ss = open_shards(root, split=split)
+            digest = _write_tokens(ss, stack.enter_context(atomic_open(path, "wb")), np.dtype("<u2"), "nanoGPT")
+            files[split] = {"path": str(path), "tokens": ss.n_tokens, "sha256": digest}
     return {"format": "nanogpt", "files": files}
 
 
