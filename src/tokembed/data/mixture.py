@@ -152,25 +152,14 @@ def parse_source(text: str) -> tuple[str, float]:
     return path, value
 
 
-def source_tokenizer(path: Path) -> dict[str, Any] | None:
-    """The tokenizer entry of a source: its manifest's, or a Megatron export's sidecar (None: not recorded)."""
+def source_tokenizer(path: Path):
+    """The `TokenizerIdentity` a source records (its manifest's; a Megatron export's sidecar), or None."""
     from tokembed.shards import megatron
     from tokembed.shards.format import read_manifest
+    from tokembed.tokenizer.registry import identity_from_manifest
 
-    if megatron.is_megatron_prefix(path):
-        tok = megatron.recorded_tokenizer(path)
-    else:
-        tok = read_manifest(path)["tokenizer"]
-    return tok if tok and tok.get("name") is not None else None
-
-
-def _same_tokenizer(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    keys = ("name", "n_vocab", "eot_token", "hash")
-    return all(a.get(k) == b.get(k) for k in keys)
-
-
-def _describe_tokenizer(tok: dict[str, Any]) -> str:
-    return f"{tok.get('name')!r} (n_vocab={tok.get('n_vocab')}, eot_token={tok.get('eot_token')}, hash {str(tok.get('hash'))[:12]})"
+    entry = megatron.recorded_tokenizer(path) if megatron.is_megatron_prefix(path) else read_manifest(path)["tokenizer"]
+    return identity_from_manifest(entry) if entry else None
 
 
 class Mixture:
@@ -191,6 +180,7 @@ class Mixture:
         paths: the sources, in the given order (source ``i``).
         weights: the normalised weights the bound holds for, as exact fractions ``q_i / Q``.
         schedule: the `MixtureSchedule`.
+        tokenizer: the sources' `TokenizerIdentity` (None when none records one).
 
     Raises:
         ValueError: no source, a weight that is negative, NaN or infinite, weights that sum to 0, a
@@ -233,18 +223,18 @@ class Mixture:
                 )
             seen[key] = p
 
-    def _check_tokenizers(self) -> dict[str, Any] | None:
-        first: tuple[Path, dict[str, Any]] | None = None
+    def _check_tokenizers(self):
+        first = None
         for p in self.paths:
             tok = source_tokenizer(p)
             if tok is None:
                 continue  # a Megatron dataset from elsewhere records no tokenizer
             if first is None:
                 first = (p, tok)
-            elif not _same_tokenizer(first[1], tok):
+            elif not first[1].same_ids(tok):
                 raise ValueError(
-                    f"sources {first[0]} and {p} were tokenized differently: {first[0]} by {_describe_tokenizer(first[1])}, "
-                    f"{p} by {_describe_tokenizer(tok)}; prepare every source with the same tokenizer"
+                    f"sources {first[0]} and {p} were tokenized differently: {first[0]} by {first[1].describe()}, "
+                    f"{p} by {tok.describe()}; prepare every source with the same tokenizer"
                 )
         return None if first is None else first[1]
 

@@ -16,8 +16,10 @@ import numpy as np
 from tokembed.shards import megatron
 from tokembed.shards.check import check_split, shard_file_problems
 from tokembed.shards.format import CHECK_HINT, INDEX_DTYPE, ShardInfo, read_manifest, sha256_file
+from tokembed.tokenizer.base import TokenizerIdentity
+from tokembed.tokenizer.registry import identity_from_manifest
 
-__all__ = ["MegatronSplit", "ShardSet", "open_megatron", "open_shards"]
+__all__ = ["MegatronSplit", "ShardSet", "expect_tokenizer", "open_megatron", "open_shards"]
 
 
 class ShardSet:
@@ -74,8 +76,18 @@ class ShardSet:
         return f"split {self.split!r} of shard folder {self.root}"
 
     @property
+    def tokenizer(self) -> TokenizerIdentity:
+        """The tokenizer that wrote the ids (from the manifest; an older manifest's is GPT-2)."""
+        return identity_from_manifest(self.manifest.get("tokenizer"))
+
+    @property
     def eot_token(self) -> int:
-        return int(self.manifest["tokenizer"]["eot_token"])
+        return self.tokenizer.eot_token
+
+    @property
+    def n_vocab(self) -> int:
+        """Vocabulary size of the tokenizer that wrote the ids: the model's embedding rows."""
+        return self.tokenizer.n_vocab
 
     def tokens(self, i: int) -> np.ndarray:
         """The tokens of shard ``i``: a read-only ``np.memmap`` ``(n_tokens_i,)``, opened once per process."""
@@ -138,7 +150,21 @@ class ShardSet:
             yield self.read(int(a), int(b) - 1)
 
 
-def open_shards(root: str | os.PathLike, *, split: str = "train", verify: bool = False) -> ShardSet:
+def expect_tokenizer(root: Path, recorded: TokenizerIdentity, tokenizer: Any) -> None:
+    """Raise when the data in ``root`` was made with another tokenizer than ``tokenizer``."""
+    from tokembed.tokenizer import get_tokenizer, tokenizer_identity
+
+    asked = tokenizer_identity(get_tokenizer(tokenizer))
+    if not asked.same_ids(recorded):
+        raise ValueError(
+            f"{root} was prepared with {recorded.describe()}, but {asked.describe()} was asked for; "
+            f"use --tokenizer {recorded.source}, or prepare the corpus again with {asked.source}"
+        )
+
+
+def open_shards(
+    root: str | os.PathLike, *, split: str = "train", verify: bool = False, tokenizer: Any = None
+) -> ShardSet:
     """Open one split of a shard folder written by `tokembed prepare`, or a Megatron dataset.
 
     Args:
@@ -147,16 +173,23 @@ def open_shards(root: str | os.PathLike, *, split: str = "train", verify: bool =
         split: which split to open (``"train"`` or ``"val"``).
         verify: also check every file's sha256 and the document index (reads the whole split once).
             Without it, only the presence and size of each file are checked (cheap).
+        tokenizer: the tokenizer (name, path or object) the caller expects; another one is an error.
 
     Raises:
         FileNotFoundError: no folder or no manifest.
-        ValueError: unknown split, or a shard that is missing, of the wrong size, or (with ``verify``)
-            damaged; the message names the shard and points at ``tokembed check DIR``.
+        ValueError: unknown split, a shard that is missing, of the wrong size, or (with ``verify``)
+            damaged (the message names the shard and points at ``tokembed check DIR``), or data made with
+            another tokenizer than ``tokenizer`` (names both).
     """
     if megatron.is_megatron_prefix(root):
-        return open_megatron(root, split=split)
+        ss = open_megatron(root, split=split)
+        if tokenizer is not None and ss.manifest["tokenizer"]:  # a tokembed export records its tokenizer
+            expect_tokenizer(Path(root), ss.tokenizer, tokenizer)
+        return ss
     root = Path(root)
     manifest = read_manifest(root)
+    if tokenizer is not None:
+        expect_tokenizer(root, identity_from_manifest(manifest.get("tokenizer")), tokenizer)
     splits = manifest["splits"]
     if split not in splits:
         raise ValueError(f"split {split!r} is not in {root}; it has {', '.join(map(repr, splits)) or 'no splits'}")
@@ -183,7 +216,8 @@ class MegatronSplit(ShardSet):
 
     Everything that reads a `ShardSet` (the window datasets, the loaders, the exports) reads it; the
     format is `tokembed.shards.megatron`'s. ``manifest["tokenizer"]`` comes from ``PREFIX.tokembed.json``
-    when tokembed exported the dataset, else it is ``{"name": None, ...}`` (Megatron records no tokenizer).
+    when tokembed exported the dataset, else it is ``{}`` (Megatron records no tokenizer), which
+    `ShardSet.tokenizer` reads as GPT-2's ids and `eot_token` as None.
     """
 
     def __init__(self, prefix: Path, index: megatron.MegatronIndex, recorded: dict[str, Any]) -> None:
@@ -201,8 +235,9 @@ class MegatronSplit(ShardSet):
             sha256=recorded.get("bin_sha256") or f"idx:{idx_sha256}",
             index_sha256=idx_sha256,
         )
-        tokenizer = recorded.get("tokenizer") or {"name": None, "n_vocab": None, "eot_token": None, "hash": None}
-        manifest = {"format": "megatron", "tokenizer": tokenizer, "dtype": index.dtype.name, "splits": {}}
+        # No record (a dataset made elsewhere): an empty entry, which `tokenizer` reads as GPT-2's ids.
+        manifest = {"format": "megatron", "tokenizer": recorded.get("tokenizer") or {}, "dtype": index.dtype.name}
+        manifest["splits"] = {}
         super().__init__(prefix.parent, "train", manifest, [info])
         self.dtype = index.dtype
         self.prefix = prefix
