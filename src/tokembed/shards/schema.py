@@ -55,7 +55,7 @@ TOKENIZER_FIELDS: dict[str, tuple[Callable[[Any], bool], str, bool]] = {
 CONFIG_FIELDS: dict[str, tuple[Callable[[Any], bool], str, bool]] = {
     "tokenizer": (_is_str, "a non-empty string", True),
     "field": (_is_str, "a non-empty string", True),
-    "format": (lambda v: v in ("auto", "text", "jsonl"), "'auto', 'text' or 'jsonl'", True),
+    "format": (lambda v: v in ("auto", *INPUT_FORMATS), "'auto' or an input format", True),
     "val_fraction": (lambda v: _is_number(v) and 0 <= v < 1, "a number in [0, 1)", True),
     "shard_mb": (lambda v: _is_number(v) and v > 0, "a number > 0", True),
     "strict": (lambda v: isinstance(v, bool), "true or false", True),
@@ -65,6 +65,7 @@ CONFIG_FIELDS: dict[str, tuple[Callable[[Any], bool], str, bool]] = {
     "backend": (_is_str, "a non-empty string", False),
 }
 
+INPUT_FORMATS = ("text", "jsonl", "parquet")  # tokembed.shards.sources.FORMATS without "auto"
 SHARD_FIELDS = ("tokens", "index", "n_tokens", "n_documents", "bytes", "sha256", "index_sha256")
 INPUT_COUNTS = ("documents", "tokens", "chars", "text_bytes", "empty", "replaced", "bad_lines")
 
@@ -107,8 +108,6 @@ def _tokenizer_problems(tok: Any, dtype: Any) -> list[str]:
         problems.append(
             f"manifest 'tokenizer': eot_token {tok['eot_token']} is outside the vocabulary (n_vocab {tok['n_vocab']})"
         )
-    if dtype in DTYPE_BYTES and tok["n_vocab"] > 2 ** (8 * DTYPE_BYTES[dtype]):
-        problems.append(f"manifest: dtype {dtype} cannot hold the ids of a vocabulary of {tok['n_vocab']}")
     return problems
 
 
@@ -192,8 +191,10 @@ def _inputs_problems(inputs: Any) -> list[str]:
         if not isinstance(f, dict) or not _is_str(f.get("path")):
             problems.append(f"{where} has no 'path'")
             continue
-        if f.get("format") not in ("text", "jsonl") or not isinstance(f.get("compressed"), bool):
-            problems.append(f"{where} ({f['path']}): 'format' must be 'text' or 'jsonl' and 'compressed' true or false")
+        if f.get("format") not in INPUT_FORMATS or not isinstance(f.get("compressed"), (bool, str)):
+            problems.append(
+                f"{where} ({f['path']}): 'format' must be one of {', '.join(INPUT_FORMATS)} and 'compressed' a bool or a codec name"
+            )
         if "bytes" in f and f["bytes"] is not None and not _is_int(f["bytes"]):
             problems.append(f"{where} ({f['path']}): 'bytes' must be an integer >= 0 or null, got {f['bytes']!r}")
         problems += [
