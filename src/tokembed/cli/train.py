@@ -106,6 +106,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--init-embeddings",
         help="a local GPT-2 weights file (model.safetensors, pytorch_model.bin, the book's model.pth) whose wte/wpe start the embeddings",
     )
+    _add_device_options(p)
     p.add_argument(
         "--no-progress", action="store_true", help="no progress bar (there is none when stderr is not a terminal)"
     )
@@ -168,6 +169,28 @@ def register(sub: argparse._SubParsersAction) -> None:
     pos.set_defaults(func=run_experiment)
 
 
+def _add_device_options(p: argparse.ArgumentParser) -> None:
+    d = p.add_argument_group(
+        "device (may change on --resume; under torchrun each rank trains on its part of each batch)"
+    )
+    d.add_argument(
+        "--device",
+        default="auto",
+        metavar="DEVICE",
+        help="auto (CUDA, then MPS, then CPU), cpu, cuda, cuda:N or mps (default auto)",
+    )
+    d.add_argument(
+        "--precision", choices=("fp32", "bf16"), default="fp32", help="bf16: autocast to bfloat16 (default fp32)"
+    )
+    d.add_argument("--compile", action="store_true", help="compile the training step with torch.compile")
+
+
+def _device_config(args: argparse.Namespace):
+    from tokembed.training.device import DeviceConfig
+
+    return DeviceConfig(device=args.device, precision=args.precision, compile=args.compile)
+
+
 def run_train(args: argparse.Namespace) -> int:
     from tokembed.model.checkpoint import read_checkpoint_config
     from tokembed.model.config import GPTConfig
@@ -204,9 +227,10 @@ def run_train(args: argparse.Namespace) -> int:
         model_config = GPTConfig(
             context_length=args.context_length or config.max_length, tie_embeddings=not args.no_tie, **model_args
         )
-    result = train(config, model_config, resume=args.resume, progress=_show_progress(args))
-    val = f", validation loss {result.val_loss:.4f}" if result.val_loss is not None else ""
-    print(f"step {result.step}: train loss {result.train_loss:.4f}{val}; checkpoint {result.checkpoint}")
+    result = train(config, model_config, resume=args.resume, progress=_show_progress(args), device=_device_config(args))
+    if result.is_main:  # under torchrun: one summary line, from rank 0
+        val = f", validation loss {result.val_loss:.4f}" if result.val_loss is not None else ""
+        print(f"step {result.step}: train loss {result.train_loss:.4f}{val}; checkpoint {result.checkpoint}")
     return 0
 
 
