@@ -37,6 +37,7 @@ class _SchemeNames(Sequence):
 
 
 _SCHEMES = _SchemeNames()
+ROPE_SCALINGS = ("linear", "ntk", "yarn", "llama3")  # tokembed.embeddings.rotary's, without importing torch
 
 
 def _lengths(text: str) -> list[int]:
@@ -78,6 +79,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     m.add_argument("--dropout", type=float, help="dropout (default 0)")
     m.add_argument("--no-tie", action="store_true", help="separate output head instead of the token table")
     m.add_argument("--rope-base", type=float, help="RoPE frequency base (default 10000)")
+    m.add_argument(
+        "--rope-fraction", type=float, help="partial RoPE: share of each head's dimensions rotated (default 1: all)"
+    )
     m.add_argument("--t5-buckets", type=int, dest="t5_num_buckets", help="T5 relative-position buckets (default 32)")
     m.add_argument("--t5-max-distance", type=int, help="T5: distances beyond this share the last bucket (default 128)")
     m.add_argument("--shaw-max-distance", type=int, help="Shaw: relative distances are clipped to this (default 16)")
@@ -135,8 +139,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     e.add_argument(
         "--rope-scaling",
-        choices=("linear", "ntk"),
-        help="RoPE past the training length: position interpolation or NTK-aware scaling",
+        choices=ROPE_SCALINGS,
+        help="RoPE past the training length, by factor length / training length: linear (position interpolation), "
+        "ntk, yarn (with its attention temperature) or llama3",
     )
     e.add_argument("--json", action="store_true", help="print JSON instead of a table")
     e.set_defaults(func=run_eval)
@@ -218,6 +223,7 @@ def run_train(args: argparse.Namespace) -> int:
             "n_heads",
             "dropout",
             "rope_base",
+            "rope_fraction",
             "t5_num_buckets",
             "t5_max_distance",
             "shaw_max_distance",

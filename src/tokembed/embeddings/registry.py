@@ -90,6 +90,8 @@ def attention_positional(
     rope_base: float = 10000.0,
     rope_scaling: str | None = None,
     rope_factor: float = 1.0,
+    rope_fraction: float = 1.0,
+    rope_original_length: int | None = None,
     t5_num_buckets: int = 32,
     t5_max_distance: int = 128,
     shaw_max_distance: int = 16,
@@ -100,7 +102,14 @@ def attention_positional(
     """
     scheme = positional_scheme(name)
     if scheme.name == "rope":
-        return RotaryEmbedding(head_dim, base=rope_base, scaling=rope_scaling, factor=rope_factor)
+        return RotaryEmbedding(
+            head_dim,
+            base=rope_base,
+            scaling=rope_scaling,
+            factor=rope_factor,
+            original_length=rope_original_length,
+            fraction=rope_fraction,
+        )
     if scheme.name == "alibi":
         return ALiBi(n_heads)
     if scheme.name == "t5":

@@ -69,21 +69,25 @@ def evaluate_tokens(
 
 
 class rope_scaled:
-    """Context manager: evaluate a RoPE model with ``scaling`` by ``factor``, then restore it."""
+    """Context manager: evaluate a RoPE model with ``scaling`` by ``factor``, then restore it.
 
-    def __init__(self, model: GPT, scaling: str | None, factor: float) -> None:
+    ``original_length`` is the trained length (YaRN and Llama 3 scale from it; default the model's context).
+    """
+
+    def __init__(self, model: GPT, scaling: str | None, factor: float, *, original_length: int | None = None) -> None:
         self.modules = [m for m in model.modules() if isinstance(m, RotaryEmbedding)]
         self.scaling, self.factor = scaling, factor
+        self.original_length = original_length or model.config.context_length
 
     def __enter__(self) -> rope_scaled:
-        self.saved = [(m.scaling, m.factor) for m in self.modules]
+        self.saved = [(m.scaling, m.factor, m.original_length) for m in self.modules]
         for m in self.modules:
-            m.set_scaling(self.scaling, self.factor)
+            m.set_scaling(self.scaling, self.factor, original_length=self.original_length)
         return self
 
     def __exit__(self, *exc) -> None:
-        for m, (s, f) in zip(self.modules, self.saved):
-            m.set_scaling(s, f)
+        for m, (s, f, n) in zip(self.modules, self.saved):
+            m.set_scaling(s, f, original_length=n)
 
 
 def evaluate(
@@ -150,7 +154,7 @@ def evaluate(
             windows = max(1, max_tokens // length) if windows is None else min(windows, max(1, max_tokens // length))
         factor = max(1.0, length / train_length)
         if rope_scaling is not None and factor > 1.0:
-            with rope_scaled(model, rope_scaling, factor):
+            with rope_scaled(model, rope_scaling, factor, original_length=train_length):
                 row = evaluate_tokens(model, split.val, length=length, batch_size=batch_size, max_windows=windows)
             row["note"] = f"rope {rope_scaling} scaling x{factor:g}"
         else:
