@@ -498,8 +498,8 @@ def test_a_gpt_with_partial_rope_and_yarn_runs_past_its_length():
     assert rope.scaling is None and rope.attention_factor == 1.0  # restored
 
 
-def test_the_cli_offers_every_rope_scaling():
-    from tokembed.cli.train import ROPE_SCALINGS as cli_names
+def test_the_torch_free_names_list_every_rope_scaling():
+    from tokembed.embeddings.names import ROPE_SCALINGS as cli_names
     from tokembed.embeddings.rotary import ROPE_SCALINGS
 
     assert cli_names == ROPE_SCALINGS

@@ -133,9 +133,8 @@ def _cmd_positions(args) -> int:
 
 
 def _cmd_plot(args) -> int:
-    from tokembed._plot import save_figure
+    from tokembed._plot import plot_loss, save_figure
     from tokembed.inspection import plot
-    from tokembed.training.plots import plot_loss
 
     table = _table(args)
     counts = None
@@ -248,6 +247,13 @@ def _cmd_export(args) -> int:
 
 
 def register(subparsers) -> None:
+    _add_inspect(subparsers)
+    _add_report(subparsers)
+    _add_export(subparsers)
+
+
+def _parent_parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
+    """Options shared by the questions: (every question's, the word questions')."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--tokenizer",
@@ -262,7 +268,11 @@ def register(subparsers) -> None:
         help="put a space before each word (GPT-2's token for a word inside running text)",
     )
     wordopts.add_argument("--ids", action="store_true", help="the arguments are token ids, not words")
+    return common, wordopts
 
+
+def _add_inspect(subparsers) -> None:
+    common, wordopts = _parent_parsers()
     p = subparsers.add_parser(
         "inspect",
         help="neighbours, analogies, similarity, a text's tokens, positions, pictures",
@@ -271,7 +281,11 @@ def register(subparsers) -> None:
     )
     p.add_argument("source", metavar="SOURCE", help="checkpoint directory, .npy/.safetensors table, or GPT-2 weights")
     q = p.add_subparsers(dest="question", metavar="QUESTION", required=True)
+    _add_word_questions(q, common, wordopts)
+    _add_table_questions(q, common)
 
+
+def _add_word_questions(q, common, wordopts) -> None:
     s = q.add_parser(
         "neighbours",
         aliases=["nn"],
@@ -305,6 +319,8 @@ def register(subparsers) -> None:
     s.add_argument("b", metavar="WORD_B")
     s.set_defaults(func=_cmd_similarity)
 
+
+def _add_table_questions(q, common) -> None:
     s = q.add_parser("tokens", parents=[common], help="the tokens of a text with ids and embedding norms")
     s.add_argument("text", metavar="TEXT")
     s.set_defaults(func=_cmd_tokens)
@@ -327,6 +343,8 @@ def register(subparsers) -> None:
     s.add_argument("--force", action="store_true", help="replace an existing file")
     s.set_defaults(func=_cmd_plot)
 
+
+def _add_report(subparsers) -> None:
     r = subparsers.add_parser(
         "report",
         help="one self-contained HTML page about an embedding table",
@@ -347,6 +365,8 @@ def register(subparsers) -> None:
     r.add_argument("--force", action="store_true", help="replace an existing file")
     r.set_defaults(func=_cmd_report)
 
+
+def _add_export(subparsers) -> None:
     e = subparsers.add_parser(
         "export", help="write a table for TensorBoard's projector, word2vec tools, numpy or safetensors"
     )

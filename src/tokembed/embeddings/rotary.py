@@ -35,10 +35,10 @@ import math
 
 import torch
 
-from tokembed._checks import check_positive_int
+from tokembed._checks import check_number, check_positive_int
 from tokembed.embeddings.interface import AttentionPositional
+from tokembed.embeddings.names import ROPE_SCALINGS
 
-ROPE_SCALINGS = ("linear", "ntk", "yarn", "llama3")
 YARN_BETA_FAST, YARN_BETA_SLOW = 32.0, 1.0  # the paper's (and transformers') defaults
 LLAMA3_LOW_FREQ_FACTOR, LLAMA3_HIGH_FREQ_FACTOR = 1.0, 4.0  # Llama 3.1's
 
@@ -76,10 +76,7 @@ def rope_attention_factor(scaling: str | None, factor: float) -> float:
 def _check_scaling(scaling: str | None, factor: float, original_length: int | None) -> None:
     if scaling is not None and scaling not in ROPE_SCALINGS:
         raise ValueError(f"rope scaling must be one of {', '.join(ROPE_SCALINGS)} or None, got {scaling!r}")
-    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor >= 1.0 or math.isinf(factor):
-        raise ValueError(
-            f"rope scaling factor must be a number >= 1 (the new length over the trained one), got {factor!r}"
-        )
+    check_number("rope scaling factor", factor, min=1.0, noun="a number", hint="the new length over the trained one")
     if scaling in ("yarn", "llama3") and original_length is None:
         raise ValueError(f"rope scaling {scaling!r} needs original_length, the length the model was trained on")
     if original_length is not None:

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import torch
 
+from tokembed._checks import check_int
+from tokembed.embeddings.names import SCHEMES
 from tokembed.inspection.counts import token_counts
 from tokembed.inspection.load import is_tokembed_checkpoint, load_table
 from tokembed.inspection.table import EmbeddingTable
@@ -57,8 +59,7 @@ class ReportConfig:
     def __post_init__(self) -> None:
         for name in ("topn", "n_points", "label_top"):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+            check_int(name, v, min=1, noun="an integer")
         if self.n_points < 3:
             raise ValueError(f"n_points must be >= 3 for a projection, got {self.n_points}")
         if self.max_positions is not None and (not isinstance(self.max_positions, int) or self.max_positions < 2):
@@ -120,54 +121,84 @@ def write_report(source, out: str | Path, *, config: ReportConfig = ReportConfig
         ModuleNotFoundError: matplotlib (extra ``plot``) is not installed.
     """
     from tokembed._atomic import atomic_create, check_target
-    from tokembed.inspection.plot import (
-        plot_norm_vs_frequency,
-        plot_position_distance,
-        plot_position_similarity,
-        plot_projection,
-    )
-    from tokembed.training.plots import plot_loss
 
     out = Path(out)
     check_target(out, overwrite)  # fail before the slow part
-    table = source if isinstance(source, EmbeddingTable) else load_table(source)
-    ckpt = (
-        Path(source)
-        if not isinstance(source, EmbeddingTable) and Path(source).is_dir() and is_tokembed_checkpoint(Path(source))
-        else None
+    r = _ReportData.gather(source, config)
+    sections = [
+        _summary_section(r),
+        _training_section(r),
+        _embeddings_section(r, config),
+        _neighbours_section(r, config),
+        _text_section(r, config),
+        _positions_section(r, config),
+        _settings_section(r),
+    ]
+    title = f"tokembed report: {r.table.source or 'embedding table'}"
+    page = (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>"
+        f"<h1>{html.escape(title)}</h1>" + "".join(sections) + "</body></html>\n"
     )
-    ckpt_config = None
-    if ckpt is not None:
-        from tokembed.model.checkpoint import read_checkpoint_config
+    with atomic_create(out, overwrite=overwrite) as f:
+        f.write(page)
+    return out
 
-        ckpt_config = read_checkpoint_config(ckpt)
-    notes: list[str] = []
-    sections: list[str] = []
 
-    # ---- corpus frequencies
-    corpus = config.corpus
-    if corpus is None and ckpt_config is not None:
-        data = (ckpt_config.get("train") or {}).get("data")
-        if data and (Path(data).is_file() or Path(data).is_dir()):
-            corpus = data
-    counts = None
-    if corpus is not None and table.tokenizer is not None:
+@dataclass
+class _ReportData:
+    """What the sections are drawn from: the table, its checkpoint (if any), the corpus and its counts."""
+
+    table: EmbeddingTable
+    ckpt: Path | None
+    ckpt_config: dict | None
+    corpus: str | None
+    counts: torch.Tensor | None
+    notes: list[str]
+
+    @classmethod
+    def gather(cls, source, config: ReportConfig) -> _ReportData:
+        table = source if isinstance(source, EmbeddingTable) else load_table(source)
+        ckpt = None
+        if not isinstance(source, EmbeddingTable) and Path(source).is_dir() and is_tokembed_checkpoint(Path(source)):
+            ckpt = Path(source)
+        ckpt_config = None
+        if ckpt is not None:
+            from tokembed.model.checkpoint import read_checkpoint_config
+
+            ckpt_config = read_checkpoint_config(ckpt)
+        data = cls(table, ckpt, ckpt_config, config.corpus, None, [])
+        data._count_corpus(config)
+        return data
+
+    def _count_corpus(self, config: ReportConfig) -> None:
+        if self.corpus is None and self.ckpt_config is not None:
+            data = (self.ckpt_config.get("train") or {}).get("data")
+            if data and (Path(data).is_file() or Path(data).is_dir()):
+                self.corpus = data
+        if self.table.tokenizer is None:
+            return
+        if self.corpus is None:
+            self.notes.append("No corpus was given, so token frequencies are not shown (pass --corpus FILE).")
+            return
         try:
-            counts = token_counts(corpus, tokenizer=table.tokenizer, vocab_size=table.vocab_size)
+            self.counts = token_counts(self.corpus, tokenizer=self.table.tokenizer, vocab_size=self.table.vocab_size)
         except (ValueError, FileNotFoundError) as e:
             if config.corpus is not None:
                 raise
-            notes.append(
+            self.notes.append(
                 f"Token frequencies are not shown: the training data could not be read as text ({e}). Pass --corpus."
             )
-    elif table.tokenizer is not None:
-        notes.append("No corpus was given, so token frequencies are not shown (pass --corpus FILE).")
 
-    # ---- summary
+
+def _summary_section(r: _ReportData) -> str:
+    table = r.table
+    tokenizer = getattr(table.tokenizer, "name", "none") if table.tokenizer is not None else "none"
     summary = [
         ("source", html.escape(table.source or "(in memory)")),
         ("token table", f"{table.vocab_size:,} tokens &times; {table.dim} dimensions"),
-        ("tokenizer", html.escape(getattr(table.tokenizer, "name", "none") if table.tokenizer is not None else "none")),
+        ("tokenizer", html.escape(tokenizer)),
         ("positional scheme", html.escape(table.positional)),
     ]
     if table.positions is not None:
@@ -179,43 +210,43 @@ def write_report(source, out: str | Path, *, config: ReportConfig = ReportConfig
             f"mean {float(norms.mean()):.4g}, min {float(norms.min()):.4g}, max {float(norms.max()):.4g}",
         )
     )
-    if ckpt_config is not None:
-        for key in ("step", "tokens_seen"):
-            if key in ckpt_config:
-                summary.append(
-                    (
-                        key.replace("_", " "),
-                        f"{ckpt_config[key]:,}"
-                        if isinstance(ckpt_config[key], int)
-                        else html.escape(str(ckpt_config[key])),
-                    )
-                )
-    if counts is not None:
+    for key in ("step", "tokens_seen") if r.ckpt_config is not None else ():
+        if key in r.ckpt_config:
+            v = r.ckpt_config[key]
+            summary.append((key.replace("_", " "), f"{v:,}" if isinstance(v, int) else html.escape(str(v))))
+    if r.counts is not None:
+        c = r.counts
         summary.append(
-            (
-                "corpus",
-                f"{html.escape(str(corpus))}: {int(counts.sum()):,} tokens, {int((counts > 0).sum()):,} distinct",
-            )
+            ("corpus", f"{html.escape(str(r.corpus))}: {int(c.sum()):,} tokens, {int((c > 0).sum()):,} distinct")
         )
-    sections.append("<h2>Summary</h2>" + _table(None, [(html.escape(k), v) for k, v in summary]))
-    if notes:
-        sections.append("".join(f'<p class="note">{html.escape(n)}</p>' for n in notes))
+    notes = "".join(f'<p class="note">{html.escape(n)}</p>' for n in r.notes)
+    return "<h2>Summary</h2>" + _table(None, [(html.escape(k), v) for k, v in summary]) + notes
 
-    # ---- training
-    if ckpt is not None and (ckpt / "log.json").is_file():
-        try:
-            log = json.loads((ckpt / "log.json").read_text(encoding="utf-8"))
-            sections.append("<h2>Training</h2>" + _img(plot_loss(log), "Training and validation loss against the step"))
-        except (ValueError, KeyError, TypeError) as e:
-            sections.append(f'<h2>Training</h2><p class="note">log.json could not be drawn: {html.escape(str(e))}</p>')
 
-    # ---- pictures of the token table
-    pics = [
-        _img(
-            plot_projection(table, counts=counts, method="pca", n_points=config.n_points, label_top=config.label_top),
-            "PCA projection of the token embeddings",
+def _training_section(r: _ReportData) -> str:
+    if r.ckpt is None or not (r.ckpt / "log.json").is_file():
+        return ""
+    from tokembed._plot import plot_loss
+
+    try:
+        log = json.loads((r.ckpt / "log.json").read_text(encoding="utf-8"))
+        return "<h2>Training</h2>" + _img(plot_loss(log), "Training and validation loss against the step")
+    except (ValueError, KeyError, TypeError) as e:
+        return f'<h2>Training</h2><p class="note">log.json could not be drawn: {html.escape(str(e))}</p>'
+
+
+def _embeddings_section(r: _ReportData, config: ReportConfig) -> str:
+    from tokembed.inspection.plot import plot_norm_vs_frequency, plot_projection
+
+    def projection(method: str) -> str:
+        fig = plot_projection(
+            r.table, counts=r.counts, method=method, n_points=config.n_points, label_top=config.label_top
         )
-    ]
+        return _img(
+            fig, "PCA projection of the token embeddings" if method == "pca" else "t-SNE map of the token embeddings"
+        )
+
+    pics = [projection("pca")]
     want_tsne = config.tsne
     if want_tsne is None:
         try:
@@ -224,33 +255,28 @@ def write_report(source, out: str | Path, *, config: ReportConfig = ReportConfig
             want_tsne = True
         except ImportError:
             want_tsne = False
+        if not want_tsne:
             pics.append(
                 "<p class=\"note\">t-SNE is not drawn: install scikit-learn (pip install 'tokembed[tsne]').</p>"
             )
     if want_tsne:
-        pics.append(
-            _img(
-                plot_projection(
-                    table, counts=counts, method="tsne", n_points=config.n_points, label_top=config.label_top
-                ),
-                "t-SNE map of the token embeddings",
-            )
-        )
-    if counts is not None:
-        pics.append(_img(plot_norm_vs_frequency(table, counts), "Embedding norm against token frequency"))
-    sections.append("<h2>Token embeddings</h2>" + "".join(pics))
+        pics.append(projection("tsne"))
+    if r.counts is not None:
+        pics.append(_img(plot_norm_vs_frequency(r.table, r.counts), "Embedding norm against token frequency"))
+    return "<h2>Token embeddings</h2>" + "".join(pics)
 
-    # ---- neighbours
+
+def _report_words(r: _ReportData, config: ReportConfig) -> list:
     if config.words is not None:
-        words = list(config.words)
-    elif counts is not None:
-        words = _frequent_words(table, counts, 10)
-    elif table.tokenizer is not None:
-        words = list(DEFAULT_WORDS)
-    else:
-        words = [0, 1, 2]
-    rows = []
-    for w in words:
+        return list(config.words)
+    if r.counts is not None:
+        return _frequent_words(r.table, r.counts, 10)
+    return list(DEFAULT_WORDS) if r.table.tokenizer is not None else [0, 1, 2]
+
+
+def _neighbours_section(r: _ReportData, config: ReportConfig) -> str:
+    table, rows = r.table, []
+    for w in _report_words(r, config):
         try:
             nb = table.neighbours(w, topn=config.topn)
         except ValueError as e:
@@ -258,81 +284,70 @@ def write_report(source, out: str | Path, *, config: ReportConfig = ReportConfig
             continue
         shown = _tok(w) if isinstance(w, str) else f"id {w} {_tok(table.label(w))}"
         rows.append((shown, ", ".join(f"{_tok(n.token)} {n.score:.3f}" for n in nb)))
-    neighbour_html = (
+    out = (
         "<h2>Nearest neighbours</h2><p>Cosine similarity; a word of several tokens is the mean of its tokens' vectors.</p>"
         + _table(["word", f"{config.topn} nearest tokens (cosine)"], rows)
     )
-    if table.tokenizer is not None:
-        (pos, neg) = ANALOGY
-        try:
-            ans = table.most_similar(positive=list(pos), negative=list(neg), topn=config.topn)
-            neighbour_html += (
-                f"<p>Analogy {_tok(neg[0])} is to {_tok(pos[0])} as {_tok(pos[1])} is to: "
-                + ", ".join(f"{_tok(n.token)} {n.score:.3f}" for n in ans)
-                + "</p>"
-            )
-        except ValueError as e:
-            neighbour_html += f'<p class="note">Analogy not computed: {html.escape(str(e))}</p>'
-    sections.append(neighbour_html)
+    if table.tokenizer is None:
+        return out
+    (pos, neg) = ANALOGY
+    try:
+        ans = table.most_similar(positive=list(pos), negative=list(neg), topn=config.topn)
+    except ValueError as e:
+        return out + f'<p class="note">Analogy not computed: {html.escape(str(e))}</p>'
+    found = ", ".join(f"{_tok(n.token)} {n.score:.3f}" for n in ans)
+    return out + f"<p>Analogy {_tok(neg[0])} is to {_tok(pos[0])} as {_tok(pos[1])} is to: {found}</p>"
 
-    # ---- a text's tokens
-    if table.tokenizer is not None:
-        text = config.text
-        if text is None and corpus is not None and Path(corpus).is_file():
-            text = Path(corpus).read_text(encoding="utf-8", errors="replace")[:200]
-        text = text or DEFAULT_TEXT
-        try:
-            trows = table.token_table(text)[:60]
-            sections.append(
-                "<h2>Tokens of a text</h2>"
-                + f"<p>{_tok(text[:200])}</p>"
-                + _table(
-                    ["position", "id", "token", "norm"],
-                    [(str(r.position), str(r.id), _tok(r.token), f"{r.norm:.4g}") for r in trows],
-                )
-            )
-        except ValueError as e:
-            sections.append(f'<h2>Tokens of a text</h2><p class="note">{html.escape(str(e))}</p>')
 
-    # ---- positions
-    if table.positions is not None:
-        P = table.positions.shape[0]
-        shown = P if config.max_positions is None else min(P, config.max_positions)
-        sim = table.position_similarity()
-        off = [float(torch.diagonal(sim, k).mean()) for k in (1, 2, 4, 8, 16, 64) if k < P]
-        offs = [k for k in (1, 2, 4, 8, 16, 64) if k < P]
-        sections.append(
-            "<h2>Position embeddings</h2>"
-            + _img(
-                plot_position_similarity(table, max_positions=shown),
-                f"Cosine similarity between the first {shown} of {P} positions",
-            )
-            + _img(plot_position_distance(table), "Distance of each position's vector to its neighbours")
-            + _table(["positions apart", "mean cosine similarity"], [(str(k), f"{v:.4f}") for k, v in zip(offs, off)])
+def _text_section(r: _ReportData, config: ReportConfig) -> str:
+    if r.table.tokenizer is None:
+        return ""
+    text = config.text
+    if text is None and r.corpus is not None and Path(r.corpus).is_file():
+        text = Path(r.corpus).read_text(encoding="utf-8", errors="replace")[:200]
+    text = text or DEFAULT_TEXT
+    try:
+        trows = r.table.token_table(text)[:60]
+    except ValueError as e:
+        return f'<h2>Tokens of a text</h2><p class="note">{html.escape(str(e))}</p>'
+    rows = [(str(t.position), str(t.id), _tok(t.token), f"{t.norm:.4g}") for t in trows]
+    return f"<h2>Tokens of a text</h2><p>{_tok(text[:200])}</p>" + _table(["position", "id", "token", "norm"], rows)
+
+
+def _positions_section(r: _ReportData, config: ReportConfig) -> str:
+    from tokembed.inspection.plot import plot_position_distance, plot_position_similarity
+
+    table = r.table
+    if table.positions is None:
+        scheme = SCHEMES.get(table.positional)
+        if not table.positional or (scheme is not None and scheme.acts == "none"):
+            return ""
+        return (
+            f'<h2>Position embeddings</h2><p class="note">{html.escape(table.positional)} positions act inside '
+            "attention: there is no per-position vector to show.</p>"
         )
-    elif table.positional not in ("none", ""):
-        sections.append(
-            f'<h2>Position embeddings</h2><p class="note">{html.escape(table.positional)} positions act inside attention: there is no per-position vector to show.</p>'
+    P = table.positions.shape[0]
+    shown = P if config.max_positions is None else min(P, config.max_positions)
+    sim = table.position_similarity()
+    offs = [k for k in (1, 2, 4, 8, 16, 64) if k < P]
+    rows = [(str(k), f"{float(torch.diagonal(sim, k).mean()):.4f}") for k in offs]
+    return (
+        "<h2>Position embeddings</h2>"
+        + _img(
+            plot_position_similarity(table, max_positions=shown),
+            f"Cosine similarity between the first {shown} of {P} positions",
         )
-
-    # ---- settings
-    if ckpt_config is not None:
-        settings = {
-            **{f"model.{k}": v for k, v in (ckpt_config.get("model") or {}).items()},
-            **{f"train.{k}": v for k, v in (ckpt_config.get("train") or {}).items()},
-        }
-        sections.append(
-            "<h2>Settings</h2>"
-            + _table(["setting", "value"], [(html.escape(k), html.escape(json.dumps(v))) for k, v in settings.items()])
-        )
-
-    title = f"tokembed report: {table.source or 'embedding table'}"
-    page = (
-        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-        '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>"
-        f"<h1>{html.escape(title)}</h1>" + "".join(sections) + "</body></html>\n"
+        + _img(plot_position_distance(table), "Distance of each position's vector to its neighbours")
+        + _table(["positions apart", "mean cosine similarity"], rows)
     )
-    with atomic_create(out, overwrite=overwrite) as f:
-        f.write(page)
-    return out
+
+
+def _settings_section(r: _ReportData) -> str:
+    if r.ckpt_config is None:
+        return ""
+    settings = {
+        **{f"model.{k}": v for k, v in (r.ckpt_config.get("model") or {}).items()},
+        **{f"train.{k}": v for k, v in (r.ckpt_config.get("train") or {}).items()},
+    }
+    rows = [(html.escape(k), html.escape(json.dumps(v))) for k, v in settings.items()]
+    return "<h2>Settings</h2>" + _table(["setting", "value"], rows)

@@ -36,7 +36,6 @@ from tokembed.training.config import RESUMABLE_CHANGES, TrainConfig, lr_at
 from tokembed.training.data import TrainingData, load_training_data
 from tokembed.training.device import DeviceConfig, Distributed, autocast, init_distributed, resolve_device, to_device
 from tokembed.training.evaluation import evaluate_tokens
-from tokembed.training.plots import write_loss_png
 from tokembed.training.state import TrainState
 
 __all__ = ["TrainResult", "train"]
@@ -91,7 +90,7 @@ def train(
         # Validation: eval_batches global batches (batch_size windows per rank), the same for any world size.
         max_val_tokens = config.eval_batches * config.batch_size * dist.world_size * config.max_length + 1
         data = load_training_data(config.data, val_fraction=config.val_fraction, max_val_tokens=max_val_tokens)
-        run = _Run(config, model_config, data, device=device, dist=dist)
+        run = _Run(config, model_config, data, new=saved is None, device=device, dist=dist)
         if saved is not None:
             run.state.restore(out, run.model, run.optimizer, run.loader)
         end = config.max_steps if stop_at is None else min(stop_at, config.max_steps)
@@ -150,6 +149,7 @@ class _Run:
         model_config: GPTConfig,
         data: TrainingData,
         *,
+        new: bool,
         device: DeviceConfig,
         dist: Distributed,
     ) -> None:
@@ -157,7 +157,7 @@ class _Run:
         self.device = resolve_device(device.device, local_rank=dist.local_rank)
         torch.manual_seed(config.seed)  # weights first, then the loader: the order resume relies on
         self.model = GPT(model_config)  # the plain module: checkpoints and evaluation use it
-        if config.init_embeddings:
+        if config.init_embeddings and new:  # a resumed run takes its embeddings from the checkpoint
             _init_from_gpt2(self.model, config.init_embeddings)
         self.model.to(self.device)
         self.step_model = _step_model(self.model, device, dist, self.device)  # the same weights, maybe wrapped
@@ -288,7 +288,6 @@ class _Run:
             optimizer=self.optimizer,
             state=s.to_dict(self.loader),
             log=log,
-            extra_files={"loss.png": lambda path: write_loss_png(log, path)},
         )
 
 
