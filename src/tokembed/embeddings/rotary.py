@@ -158,7 +158,7 @@ class RotaryEmbedding(AttentionPositional):
         m = self.attention_factor
         return (angles.cos() * m).to(dtype), (angles.sin() * m).to(dtype)
 
-    def _apply(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    def _rotate_part(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         r = self.rotary_dim
         if r == self.head_dim:
             return apply_rotary(x, cos, sin)
@@ -166,11 +166,11 @@ class RotaryEmbedding(AttentionPositional):
 
     def forward(self, x: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
         cos, sin = self.cos_sin(position_ids, x.dtype)
-        return self._apply(x, cos, sin)
+        return self._rotate_part(x, cos, sin)
 
     def rotate(self, q: torch.Tensor, k: torch.Tensor, position_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         cos, sin = self.cos_sin(position_ids, q.dtype)  # computed once for both
-        return self._apply(q, cos, sin), self._apply(k, cos, sin)
+        return self._rotate_part(q, cos, sin), self._rotate_part(k, cos, sin)
 
     def extra_repr(self) -> str:
         s = f"head_dim={self.head_dim}, base={self.base:g}, layout=interleaved"
