@@ -137,6 +137,13 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
         "ntk, yarn (with its attention temperature) or llama3",
     )
     e.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    e.add_argument(
+        "--sliding",
+        action="store_true",
+        help="a sliding window: each window scores only its last --stride tokens (default half), which see more context",
+    )
+    e.add_argument("--stride", type=int, help="the sliding window's stride (with --sliding)")
+    e.add_argument("--no-progress", action="store_true", help="no progress bar")
     e.set_defaults(func=run_eval)
 
 
@@ -146,29 +153,40 @@ def _add_experiment(sub: argparse._SubParsersAction) -> None:
     pos = xs.add_parser(
         "positions",
         help="train short, test long: every positional scheme",
-        description="Train the same small GPT once per positional scheme and evaluate it at 1x..8x the training length.",
+        description="Train the same small GPT once per positional scheme and evaluate it at 1x..16x the training "
+        "length, on non-overlapping windows and with a sliding window. With --tokenizer bytes the defaults show "
+        "the effect in about 10 minutes on a 2-core CPU.",
     )
     pos.add_argument("data", help="shard folder or text file")
-    pos.add_argument("--out", type=Path, required=True, help="folder for positions.md/.json/.png and the checkpoints")
+    pos.add_argument(
+        "--out", type=Path, required=True, help="folder for results.json, positions.md/.png and the checkpoints"
+    )
     pos.add_argument(
         "--schemes",
         type=_names,
         default=list(POSITIONAL_NAMES),
         help=f"comma-separated (default all: {','.join(POSITIONAL_NAMES)})",
     )
-    pos.add_argument("--train-length", type=int)
+    pos.add_argument("--tokenizer", help="tokenizer for a text file (default gpt2; bytes: 257 ids, fast)")
+    pos.add_argument("--train-length", type=int, help="training window (default 32)")
     pos.add_argument(
-        "--multiples", type=_lengths, help="evaluation lengths as multiples of the training length (default 1,2,4,8)"
+        "--multiples", type=_lengths, help="evaluation lengths as multiples of the training length (default 1,2,4,8,16)"
     )
-    pos.add_argument("--steps", type=int)
-    pos.add_argument("--batch-size", type=int)
-    pos.add_argument("--dim", type=int)
-    pos.add_argument("--layers", type=int, dest="n_layers")
-    pos.add_argument("--heads", type=int, dest="n_heads")
+    pos.add_argument("--steps", type=int, help="optimizer steps per scheme (default 1000)")
+    pos.add_argument("--batch-size", type=int, help="windows per step (default 32)")
+    pos.add_argument("--lr", type=float, help="peak learning rate (default 3e-3)")
+    pos.add_argument("--dim", type=int, help="model width (default 64)")
+    pos.add_argument("--layers", type=int, dest="n_layers", help="default 2")
+    pos.add_argument("--heads", type=int, dest="n_heads", help="default 4")
     pos.add_argument("--seed", type=int)
     pos.add_argument(
-        "--eval-tokens", type=int, help="score about this many validation tokens per length (default: all)"
+        "--eval-tokens", type=int, help="score about this many validation tokens per length (default 8192)"
     )
+    pos.add_argument(
+        "--sliding-stride", type=int, help="the sliding evaluation's stride (default: half of each length)"
+    )
+    pos.add_argument("--threads", type=int, help="torch threads (default 1: fastest for tiny models; 0: torch's)")
+    pos.add_argument("--device", help="auto, cpu, cuda or mps (default auto)")
     pos.add_argument("--quick", action="store_true", help="a tiny run (seconds), as the tests use")
     pos.add_argument("--no-progress", action="store_true")
     pos.set_defaults(func=run_experiment)
@@ -269,6 +287,9 @@ def run_eval(args: argparse.Namespace) -> int:
         max_windows=args.max_windows,
         max_tokens=args.max_tokens,
         rope_scaling=args.rope_scaling,
+        evaluation="sliding" if args.sliding else "nonoverlapping",
+        stride=args.stride,
+        progress=not args.json and _show_progress(args),  # a bar on a terminal only, never under --json
     )
     print(json.dumps(rows, indent=1) if args.json else format_rows(rows))
     return 0
@@ -277,21 +298,9 @@ def run_eval(args: argparse.Namespace) -> int:
 def run_experiment(args: argparse.Namespace) -> int:
     from tokembed.training.experiment import QUICK, PositionsExperiment, run_positions_experiment
 
-    options = {
-        k: getattr(args, k)
-        for k in (
-            "train_length",
-            "multiples",
-            "steps",
-            "batch_size",
-            "dim",
-            "n_layers",
-            "n_heads",
-            "seed",
-            "eval_tokens",
-        )
-        if getattr(args, k) is not None
-    }
+    names = ("tokenizer", "train_length", "multiples", "steps", "batch_size", "lr", "dim", "n_layers", "n_heads")
+    names += ("seed", "eval_tokens", "sliding_stride", "threads", "device")
+    options = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
     if args.quick:
         options = {**QUICK, **options}
     if "multiples" in options:
@@ -301,7 +310,8 @@ def run_experiment(args: argparse.Namespace) -> int:
     from tokembed.training.experiment import format_table
 
     print(format_table(doc))
-    print(f"\nwrote {args.out / 'positions.md'}, {args.out / 'positions.json'}, {args.out / 'positions.png'}")
+    written = ", ".join(str(args.out / n) for n in ("results.json", "positions.md", "positions.png"))
+    print(f"\nwrote {written} in {doc['wall_seconds']:.0f} s")
     return 0
 
 

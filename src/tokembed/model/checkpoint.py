@@ -1,7 +1,7 @@
 """Training checkpoints on disk: a directory written whole or not at all.
 
     CKPT/config.json          {"format": "tokembed-checkpoint", "version": 1, "model": {GPTConfig},
-                               "tokenizer": "gpt2", "train": {TrainConfig}, "step": int, "tokens_seen": int}
+                               "tokenizer": (train or {}).get("tokenizer", "gpt2"), "train": {TrainConfig}, "step": int, "tokens_seen": int}
     CKPT/model.safetensors    the weights; with tied embeddings only ``embed.token.weight`` (not ``head.weight``)
     CKPT/optimizer.pt         AdamW state (torch.save)
     CKPT/state.json           loader state, RNG state, step: what exact resume needs
@@ -110,7 +110,7 @@ def _write_contents(tmp: Path, model: GPT, *, train, step, tokens_seen, optimize
         "format": CHECKPOINT_FORMAT,
         "version": CHECKPOINT_VERSION,
         "model": model.config.to_dict(),
-        "tokenizer": "gpt2",
+        "tokenizer": (train or {}).get("tokenizer", "gpt2"),
         "train": train or {},
         "step": int(step),
         "tokens_seen": int(tokens_seen),

@@ -29,12 +29,13 @@ def _is_shard_folder(path: Path) -> bool:
 
 
 def load_training_data(
-    data: str | Path, *, val_fraction: float = 0.1, max_val_tokens: int | None = None
+    data: str | Path, *, val_fraction: float = 0.1, max_val_tokens: int | None = None, tokenizer: str = "gpt2"
 ) -> TrainingData:
     """Resolve ``data`` into training source and validation tokens.
 
     A shard folder: its ``train`` split (read lazily by the loader) and its ``val`` split.
-    A text file: GPT-2 tokens, the first ``1 - val_fraction`` for training, the rest for validation.
+    A text file: its tokens (``tokenizer``, default GPT-2's), the first ``1 - val_fraction`` for training,
+    the rest for validation.
 
     Args:
         max_val_tokens: read at most this many validation tokens (large shard folders).
@@ -68,7 +69,9 @@ def load_training_data(
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
         raise ValueError(f"{path} is not UTF-8 text ({e}); give a text file or a shard folder") from None
-    tokens = encode_text(text).astype(np.int64)  # (N,)
+    from tokembed.tokenizer import get_tokenizer
+
+    tokens = encode_text(text, get_tokenizer(tokenizer)).astype(np.int64)  # (N,)
     cut = int(len(tokens) * (1.0 - val_fraction))
     val = tokens[cut:] if max_val_tokens is None else tokens[cut : cut + max_val_tokens]
     desc = f"text {path}: {len(tokens)} tokens, first {cut} for training, last {len(tokens) - cut} ({val_fraction:.0%}) for validation"

@@ -89,7 +89,9 @@ def train(
     try:
         # Validation: eval_batches global batches (batch_size windows per rank), the same for any world size.
         max_val_tokens = config.eval_batches * config.batch_size * dist.world_size * config.max_length + 1
-        data = load_training_data(config.data, val_fraction=config.val_fraction, max_val_tokens=max_val_tokens)
+        data = load_training_data(
+            config.data, val_fraction=config.val_fraction, max_val_tokens=max_val_tokens, tokenizer=config.tokenizer
+        )
         run = _Run(config, model_config, data, new=saved is None, device=device, dist=dist)
         if saved is not None:
             run.state.restore(out, run.model, run.optimizer, run.loader)
