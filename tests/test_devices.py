@@ -123,3 +123,31 @@ def test_two_ranks_equal_one_process_with_twice_the_batch_and_resume_exactly(tmp
     assert state["loader"]["config"]["world_size"] == 2
     assert json.loads((whole / "config.json").read_text())["tokens_seen"] == 6 * 2 * 2 * 16  # global tokens
     assert not list((tmp_path / "ddp").glob("*.tmp-*"))  # rank 0 alone wrote, atomically
+
+
+# ------------------------------------------------------------------------------- progress where slow
+
+
+def test_progress_bars_where_slow_and_none_in_a_pipe(tmp_path, capsys):
+    from tokembed.inspection.counts import token_counts
+    from tokembed.inspection.project import project_2d
+    from tokembed.training.evaluation import evaluate_tokens
+
+    model = tokembed_gpt()
+    evaluate_tokens(model, torch.arange(200) % 40, length=16, progress=True)
+    token_counts(STORY, progress=True)
+    project_2d(torch.randn(12, 4), method="tsne", progress=True)
+    err = capsys.readouterr().err
+    assert "eval T=16" in err and "counting tokens" in err and "t-SNE of 12 points" in err
+    # the CLI under pytest writes to a pipe: results, and no bar
+    train(cfg(tmp_path, "run", max_steps=2), TINY, progress=False, device=DeviceConfig(device="cpu"))
+    assert main(["eval", str(tmp_path / "run"), "--lengths", "16", "--max-windows", "2"]) == 0
+    assert main(["eval", str(tmp_path / "run"), "--lengths", "16", "--max-windows", "2", "--sliding", "--json"]) == 0
+    out = capsys.readouterr()
+    assert "| 16 |" in out.out and '"stride": 8' in out.out and "eval T=" not in out.err
+
+
+def tokembed_gpt():
+    from tokembed import GPT
+
+    return GPT(GPTConfig(vocab_size=40, context_length=16, dim=16, n_layers=1, n_heads=2, positional="alibi"))
