@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from tokembed.inspection.table import resolve_tokenizer
+from tokembed.tokenizer.base import special_tokens
 
 __all__ = ["token_counts"]
 
@@ -35,7 +36,7 @@ def token_counts(
     if path.is_dir() and (path / "manifest.json").is_file():
         from tokembed.shards.reader import open_shards
 
-        shards = open_shards(path, split="train")
+        shards = open_shards(path, split="train", tokenizer=enc)  # ids of another tokenizer would be noise
         for i in tqdm(range(len(shards.shards)), desc="counting tokens", unit="shard", disable=not progress):
             ids = torch.from_numpy(np.asarray(shards.tokens(i), dtype=np.int64))  # (n,) uint16/32 on disk
             counts += torch.bincount(ids[ids < V], minlength=V)
@@ -57,6 +58,6 @@ def token_counts(
             text = f.read_text(encoding="utf-8")
         except UnicodeDecodeError as e:
             raise ValueError(f"corpus file {f} is not UTF-8 text ({e}); pass the text the table was trained on") from e
-        ids = torch.tensor(enc.encode(text, allowed_special=set(enc._special_tokens)), dtype=torch.int64)
+        ids = torch.tensor(enc.encode(text, allowed_special=set(special_tokens(enc))), dtype=torch.int64)
         counts += torch.bincount(ids[ids < V], minlength=V)
     return counts

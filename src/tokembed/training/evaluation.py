@@ -171,7 +171,7 @@ def evaluate(
     _check_evaluate_args(model, lengths, rope_scaling, evaluation, stride)
     train_cfg = config.get("train", {})
     train_length = int(train_cfg.get("max_length") or model.config.context_length)
-    val = _validation_tokens(train_cfg, data)
+    val = _validation_tokens(checkpoint, config, data)
     rows = []
     for length in lengths:
         limit = model.max_length
@@ -219,16 +219,18 @@ def _check_evaluate_args(model: GPT, lengths, rope_scaling, evaluation: str, str
             raise ValueError(f"stride={stride} applies to the sliding evaluation; pass evaluation='sliding' or drop it")
 
 
-def _validation_tokens(train_cfg: dict, data) -> np.ndarray:
+def _validation_tokens(checkpoint, config: dict, data) -> np.ndarray:
     """The validation tokens of ``data`` (default: the checkpoint's training data), with its tokenizer."""
-    from tokembed.training.data import load_training_data
+    from tokembed.training.data import check_same_tokenizer, load_training_data
 
+    train_cfg = config.get("train", {})
     source = data if data is not None else train_cfg.get("data")
     if source is None:
         raise ValueError("the checkpoint does not name its training data; pass data= (--data)")
     split = load_training_data(
-        source, val_fraction=float(train_cfg.get("val_fraction", 0.1)), tokenizer=train_cfg.get("tokenizer", "gpt2")
+        source, val_fraction=float(train_cfg.get("val_fraction", 0.1)), tokenizer=train_cfg.get("tokenizer")
     )
+    check_same_tokenizer(config, split.tokenizer, Path(str(checkpoint if not isinstance(checkpoint, tuple) else "")))
     if split.val is None:
         raise ValueError(f"{source} has no validation split to evaluate on; prepare it with one or pass a text file")
     return split.val

@@ -39,7 +39,8 @@ class PositionsExperiment:
         data: a shard folder or text file (a text's last 10% of tokens is the validation set).
         out: where checkpoints, table, plot and results.json go.
         schemes: the positional schemes to train (default: all seven).
-        tokenizer: the tokenizer a text file is encoded with (``bytes``: 257 ids, the fast choice).
+        tokenizer: for a text file, its tokenizer (default gpt2; ``bytes``: 257 ids, the fast choice); a shard
+            folder's comes from its manifest.
         train_length: training window length (and the models' context length).
         multiples: evaluation lengths, as multiples of ``train_length``.
         steps, batch_size, lr, warmup_steps: training (same for every scheme).
@@ -56,7 +57,7 @@ class PositionsExperiment:
     data: str
     out: str
     schemes: tuple[str, ...] = POSITIONAL_NAMES
-    tokenizer: str = "gpt2"
+    tokenizer: str | None = None
     train_length: int = 32
     multiples: tuple[int, ...] = (1, 2, 4, 8, 16)
     steps: int = 1000
@@ -74,8 +75,10 @@ class PositionsExperiment:
     device: str = "auto"
 
     def __post_init__(self) -> None:
-        for name in ("data", "out", "tokenizer", "device"):
+        for name in ("data", "out", "device"):
             object.__setattr__(self, name, str(getattr(self, name)))
+        if self.tokenizer is not None:
+            object.__setattr__(self, "tokenizer", str(self.tokenizer))
         for name in ("schemes", "multiples", "rope_scaling"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
         if not self.schemes:
@@ -193,12 +196,13 @@ def _run_scheme(config: PositionsExperiment, scheme: str, *, progress: bool) -> 
 
 
 def _configs(config: PositionsExperiment, scheme: str):
-    """The training and model configs of one scheme's run (everything but the scheme is shared)."""
+    """The training and model configs of one scheme's run (everything but the scheme is shared; the
+    vocabulary is the data's tokenizer's)."""
     from tokembed.model.config import GPTConfig
-    from tokembed.tokenizer import get_tokenizer
     from tokembed.training.config import TrainConfig
+    from tokembed.training.data import data_tokenizer
 
-    tok = get_tokenizer(config.tokenizer)
+    tok = data_tokenizer(config.data, tokenizer=config.tokenizer)  # the vocabulary comes from the data
     model_config = GPTConfig(
         vocab_size=tok.n_vocab,
         eot_token=tok.eot_token,
@@ -257,7 +261,7 @@ def format_table(doc: dict) -> str:
     head = "| scheme | evaluation | " + " | ".join(f"L={n} ({n // cfg['train_length']}x)" for n in lengths) + " |"
     lines = [
         f"Validation loss (nats) by evaluation length; trained on windows of {cfg['train_length']} tokens "
-        f"({cfg['tokenizer']} tokenizer), {cfg['steps']} steps of {cfg['batch_size']} windows, dim {cfg['dim']}, "
+        f"({cfg['tokenizer'] or 'gpt2'} tokenizer), {cfg['steps']} steps of {cfg['batch_size']} windows, dim {cfg['dim']}, "
         f"{cfg['n_layers']} layers, {cfg['n_heads']} heads, seed {cfg['seed']}; data: {cfg['data']}.",
         "",
         head,

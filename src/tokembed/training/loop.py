@@ -20,6 +20,7 @@ rank 0 alone evaluates and writes checkpoints. Checkpoints hold CPU tensors what
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,8 +33,9 @@ from tokembed.embeddings.registry import positional_scheme
 from tokembed.model.checkpoint import read_checkpoint_config, save_checkpoint
 from tokembed.model.config import GPTConfig
 from tokembed.model.gpt import GPT
+from tokembed.tokenizer.base import TokenizerIdentity
 from tokembed.training.config import RESUMABLE_CHANGES, TrainConfig, lr_at
-from tokembed.training.data import TrainingData, load_training_data
+from tokembed.training.data import TrainingData, check_same_tokenizer, load_training_data
 from tokembed.training.device import DeviceConfig, Distributed, autocast, init_distributed, resolve_device, to_device
 from tokembed.training.evaluation import evaluate_tokens
 from tokembed.training.state import TrainState
@@ -81,26 +83,55 @@ def train(
     """
     out = Path(config.out)
     saved = _saved_run(out, config, resume=resume)
-    model_config = _model_config(saved, model_config, config, out)
     if stop_at is not None:
         check_positive_int("stop_at", stop_at)
     device = device or DeviceConfig()
     dist = init_distributed(device.device)
     try:
-        # Validation: eval_batches global batches (batch_size windows per rank), the same for any world size.
-        max_val_tokens = config.eval_batches * config.batch_size * dist.world_size * config.max_length + 1
-        data = load_training_data(
-            config.data, val_fraction=config.val_fraction, max_val_tokens=max_val_tokens, tokenizer=config.tokenizer
-        )
-        run = _Run(config, model_config, data, new=saved is None, device=device, dist=dist)
-        if saved is not None:
-            run.state.restore(out, run.model, run.optimizer, run.loader)
+        run = _start(config, model_config, saved, out, device=device, dist=dist)
         end = config.max_steps if stop_at is None else min(stop_at, config.max_steps)
         run.loop(end, progress=progress and dist.is_main, resumed=saved is not None)
     finally:
         dist.close()
     s = run.state
     return TrainResult(out, s.step, s.tokens_seen, s.last_loss("train"), s.last_loss("val"), s.log, dist.is_main)
+
+
+def fit_vocabulary(model_config: GPTConfig | None, tok: TokenizerIdentity, *, given: bool) -> GPTConfig:
+    """The model config for data made by ``tok``: its vocabulary and end-of-text id when none was given;
+    a given one must hold every id (and, with ``document_mask``, end documents at the data's id)."""
+    if not given:
+        return dataclasses.replace(model_config, vocab_size=tok.n_vocab, eot_token=tok.eot_token)
+    if model_config.vocab_size < tok.n_vocab:
+        raise ValueError(
+            f"the model's vocabulary has {model_config.vocab_size:,} ids, but the data was made with {tok.describe()}; "
+            f"use vocab_size={tok.n_vocab} (the CLI takes it from the data)"
+        )
+    if model_config.eot_token != tok.eot_token:
+        if given and model_config.document_mask:
+            raise ValueError(
+                f"the model ends documents at id {model_config.eot_token}, but the data was made with {tok.describe()}; "
+                f"use eot_token={tok.eot_token}"
+            )
+        model_config = dataclasses.replace(model_config, eot_token=tok.eot_token)
+    return model_config
+
+
+def _start(config: TrainConfig, model_config: GPTConfig | None, saved: dict | None, out: Path, *, device, dist) -> _Run:
+    """Read the data, settle the model's vocabulary, build the run and restore a saved one."""
+    # Validation: eval_batches global batches (batch_size windows per rank), the same for any world size.
+    max_val_tokens = config.eval_batches * config.batch_size * dist.world_size * config.max_length + 1
+    data = load_training_data(
+        config.data, val_fraction=config.val_fraction, max_val_tokens=max_val_tokens, tokenizer=config.tokenizer
+    )
+    if saved is not None:
+        check_same_tokenizer(saved, data.tokenizer, out)
+    given = model_config is not None or saved is not None
+    model_config = fit_vocabulary(_model_config(saved, model_config, config, out), data.tokenizer, given=given)
+    run = _Run(config, model_config, data, new=saved is None, device=device, dist=dist)
+    if saved is not None:
+        run.state.restore(out, run.model, run.optimizer, run.loader)
+    return run
 
 
 def _saved_run(out: Path, config: TrainConfig, *, resume: bool) -> dict | None:
@@ -133,7 +164,7 @@ def _model_config(saved: dict | None, given: GPTConfig | None, config: TrainConf
             )
         model_config = ckpt_model
     if model_config is None:
-        model_config = GPTConfig(context_length=config.max_length)
+        model_config = GPTConfig(context_length=config.max_length)  # its vocabulary comes from the data
     if model_config.context_length < config.max_length:
         raise ValueError(
             f"max_length={config.max_length} exceeds the model's context_length={model_config.context_length}; "
@@ -285,6 +316,7 @@ class _Run:
             self.config.out,
             self.model,
             train=self.config.to_dict(),
+            tokenizer=self.data.tokenizer.to_dict(),
             step=s.step,
             tokens_seen=s.tokens_seen,
             optimizer=self.optimizer,
