@@ -72,8 +72,24 @@ def _add_folder_commands(sub: argparse._SubParsersAction) -> None:
     c.add_argument("dir", type=Path)
     c.set_defaults(func=run_check)
 
-    s = sub.add_parser("stats", help="documents, tokens per input file, and the window plan of a shard folder")
-    s.add_argument("dir", type=Path)
+    s = sub.add_parser(
+        "stats",
+        help="documents, tokens per input file, and the window plan of a shard folder; "
+        "or, with --source, the epochs of each source of a mixture that a run reads",
+    )
+    s.add_argument("dir", type=Path, nargs="?", help="a shard folder (or leave it out and give --source)")
+    s.add_argument(
+        "--source",
+        action="append",
+        metavar="PATH:WEIGHT",
+        help="a source of a mixture and its relative weight; repeat for each (as `tokembed train --source`)",
+    )
+    s.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="with --source: the run's steps of batch-size x world-size windows (default: one nominal epoch)",
+    )
     s.add_argument("--max-length", type=int, default=256)
     s.add_argument("--stride", type=int, default=None, help="default: max-length")
     s.add_argument("--batch-size", type=int, default=8)
@@ -168,9 +184,37 @@ def run_check(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_mixture_stats(args: argparse.Namespace) -> int:
+    from tokembed.data.mixture import Mixture, parse_source
+    from tokembed.data.stats import mixture_stats
+
+    mixture = Mixture([parse_source(s) for s in args.source])
+    g = args.batch_size * args.world_size
+    st = mixture_stats(mixture, steps=args.steps, global_batch_size=g, max_length=args.max_length, stride=args.stride)
+    if args.json:
+        print(json.dumps(st, indent=2))
+        return 0
+    print(
+        f"{st['steps']:,} steps of {g} windows (batch-size {args.batch_size} x world-size {args.world_size}): {st['windows_read']:,} windows"
+    )
+    print(f"{'source':<40}{'weight':>10}{'tokens':>15}{'windows':>13}{'read':>13}{'epochs':>10}")
+    for r in st["sources"]:
+        path = r["path"] if len(r["path"]) <= 39 else "..." + r["path"][-36:]
+        epochs = f"{r['epochs']:.3f}" if r["epochs"] is not None else "-"
+        print(
+            f"{path:<40}{r['weight']:>10.6g}{r['tokens']:>15,}{r['windows']:>13,}{r['windows_read']:>13,}{epochs:>10}"
+        )
+    return 0
+
+
 def run_stats(args: argparse.Namespace) -> int:
     from tokembed.data.plan import add_rank_plans
     from tokembed.data.stats import shard_stats
+
+    if (args.dir is None) == (not args.source):
+        raise ValueError("give a shard folder DIR or --source PATH:WEIGHT options (a mixture), not both or neither")
+    if args.source:
+        return run_mixture_stats(args)
 
     st = shard_stats(args.dir, max_length=args.max_length, stride=args.stride, batch_size=args.batch_size)
     add_rank_plans(st, world_size=args.world_size)  # per-rank batches: the arithmetic the loader follows
