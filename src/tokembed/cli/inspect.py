@@ -141,9 +141,16 @@ def _cmd_plot(args) -> int:
     if args.corpus is not None:
         from tokembed.inspection.counts import token_counts
 
-        counts = token_counts(args.corpus, tokenizer=table.tokenizer, vocab_size=table.vocab_size)
+        counts = token_counts(args.corpus, tokenizer=table.tokenizer, vocab_size=table.vocab_size, progress=_bars(args))
     if args.kind in ("pca", "tsne"):
-        fig = plot.plot_projection(table, counts=counts, method=args.kind, n_points=args.points, label_top=args.labels)
+        fig = plot.plot_projection(
+            table,
+            counts=counts,
+            method=args.kind,
+            n_points=args.points,
+            label_top=args.labels,
+            progress=_bars(args),
+        )
     elif args.kind == "positions":
         fig = plot.plot_position_similarity(table)
     elif args.kind == "norms":
@@ -197,7 +204,7 @@ def _cmd_report(args) -> int:
         label_top=args.labels,
         tsne=False if args.no_tsne else None,
     )
-    out = write_report(args.source, args.output, config=config, overwrite=args.force)
+    out = write_report(args.source, args.output, config=config, overwrite=args.force, progress=_bars(args))
     print(f"wrote {out}")
     return 0
 
@@ -255,7 +262,9 @@ def _cmd_export(args) -> int:
         if args.top < 1:
             raise ValueError(f"--top must be >= 1, got {args.top}")
         if args.corpus is not None:
-            counts = token_counts(args.corpus, tokenizer=table.tokenizer, vocab_size=table.vocab_size)
+            counts = token_counts(
+                args.corpus, tokenizer=table.tokenizer, vocab_size=table.vocab_size, progress=_bars(args)
+            )
             ids = torch.argsort(counts, descending=True, stable=True)[: args.top].tolist()
         else:
             ids = list(range(min(args.top, table.vocab_size)))
@@ -417,3 +426,10 @@ def _add_export(subparsers) -> None:
     e.add_argument("--tokenizer", default="gpt2", help="tokenizer of tables that do not name one")
     e.add_argument("--force", action="store_true", help="replace existing files")
     e.set_defaults(func=_cmd_export)
+
+
+def _bars(args) -> bool:
+    """Progress bars for a person at a terminal; none in a pipe, a log, or with --json."""
+    import sys
+
+    return not getattr(args, "json", False) and sys.stderr.isatty()

@@ -40,8 +40,9 @@ def plot_projection(
     n_points: int = 2000,
     label_top: int = 40,
     seed: int = 0,
+    progress: bool = False,
 ):
-    """A 2-D map of token vectors, the most frequent tokens labelled.
+    """A 2-D map of token vectors, the most frequent tokens labelled (``progress``: a bar while t-SNE runs).
 
     Args:
         table: the embedding table.
@@ -66,7 +67,7 @@ def plot_projection(
         else:
             ids = list(range(n))
     ids = [table.check_id(i) for i in ids]
-    xy = project_2d(table.subset(ids), method=method, seed=seed)  # (n,2)
+    xy = project_2d(table.subset(ids), method=method, seed=seed, progress=progress)  # (n,2)
     fig = new_figure(8, 6.5)
     ax = fig.add_subplot()
     if counts is not None:

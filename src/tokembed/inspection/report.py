@@ -105,7 +105,9 @@ figcaption{font-size:.85rem;color:#555}.grid{display:flex;flex-wrap:wrap;gap:1re
 """
 
 
-def write_report(source, out: str | Path, *, config: ReportConfig = ReportConfig(), overwrite: bool = False) -> Path:
+def write_report(
+    source, out: str | Path, *, config: ReportConfig = ReportConfig(), overwrite: bool = False, progress: bool = False
+) -> Path:
     """Write the HTML report about ``source`` to ``out``.
 
     Args:
@@ -113,6 +115,7 @@ def write_report(source, out: str | Path, *, config: ReportConfig = ReportConfig
         out: the ``.html`` file to write (atomically).
         config: what to include.
         overwrite: replace an existing file.
+        progress: progress bars (corpus counting, then one step per section).
 
     Returns:
         ``out``.
@@ -124,16 +127,19 @@ def write_report(source, out: str | Path, *, config: ReportConfig = ReportConfig
 
     out = Path(out)
     check_target(out, overwrite)  # fail before the slow part
-    r = _ReportData.gather(source, config)
-    sections = [
-        _summary_section(r),
-        _training_section(r),
-        _embeddings_section(r, config),
-        _neighbours_section(r, config),
-        _text_section(r, config),
-        _positions_section(r, config),
-        _settings_section(r),
+    from tqdm.auto import tqdm
+
+    r = _ReportData.gather(source, config, progress=progress)
+    steps = [
+        lambda: _summary_section(r),
+        lambda: _training_section(r),
+        lambda: _embeddings_section(r, config),  # the slow one: PCA and t-SNE pictures
+        lambda: _neighbours_section(r, config),
+        lambda: _text_section(r, config),
+        lambda: _positions_section(r, config),
+        lambda: _settings_section(r),
     ]
+    sections = [step() for step in tqdm(steps, desc="report", unit="section", disable=not progress, leave=False)]
     title = f"tokembed report: {r.table.source or 'embedding table'}"
     page = (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
@@ -158,7 +164,7 @@ class _ReportData:
     notes: list[str]
 
     @classmethod
-    def gather(cls, source, config: ReportConfig) -> _ReportData:
+    def gather(cls, source, config: ReportConfig, *, progress: bool = False) -> _ReportData:
         table = source if isinstance(source, EmbeddingTable) else load_table(source)
         ckpt = None
         if not isinstance(source, EmbeddingTable) and Path(source).is_dir() and is_tokembed_checkpoint(Path(source)):
@@ -169,10 +175,10 @@ class _ReportData:
 
             ckpt_config = read_checkpoint_config(ckpt)
         data = cls(table, ckpt, ckpt_config, config.corpus, None, [])
-        data._count_corpus(config)
+        data._count_corpus(config, progress=progress)
         return data
 
-    def _count_corpus(self, config: ReportConfig) -> None:
+    def _count_corpus(self, config: ReportConfig, *, progress: bool = False) -> None:
         if self.corpus is None and self.ckpt_config is not None:
             data = (self.ckpt_config.get("train") or {}).get("data")
             if data and (Path(data).is_file() or Path(data).is_dir()):
@@ -183,7 +189,9 @@ class _ReportData:
             self.notes.append("No corpus was given, so token frequencies are not shown (pass --corpus FILE).")
             return
         try:
-            self.counts = token_counts(self.corpus, tokenizer=self.table.tokenizer, vocab_size=self.table.vocab_size)
+            self.counts = token_counts(
+                self.corpus, tokenizer=self.table.tokenizer, vocab_size=self.table.vocab_size, progress=progress
+            )
         except (ValueError, FileNotFoundError) as e:
             if config.corpus is not None:
                 raise
