@@ -33,7 +33,8 @@ def write_checkpoint(
     log: bool = True,
     data: str | None = None,
 ) -> Path:
-    """A checkpoint directory in the layout `tokembed train` writes (config.json, model.safetensors, log.json)."""
+    """A checkpoint directory in the layout `tokembed train` writes (config.json, model.safetensors, log.json,
+    and token_counts.safetensors when ``data`` is given: the counts of that text)."""
     path.mkdir(parents=True)
     dim = tokens.shape[1]
     state = {
@@ -63,6 +64,10 @@ def write_checkpoint(
         "tokens_seen": 61440,
     }
     (path / "config.json").write_text(json.dumps(config))
+    if data is not None:  # `tokembed train` records the ids it read: here, those of the whole text
+        from tokembed import token_counts
+
+        save_file({"counts": token_counts(data)}, str(path / "token_counts.safetensors"))
     if log:
         train = [
             {"step": s, "tokens": 512 * s, "loss": 10.0 * 0.97**s, "lr": 4e-4, "tokens_per_s": 1000.0}

@@ -42,6 +42,7 @@ import numpy as np
 from tokembed._atomic import atomic_write_json
 from tokembed._checks import check_int
 from tokembed.shards.config import PrepareConfig
+from tokembed.shards.counts import split_token_counts
 from tokembed.shards.engines import ENGINES, make_engine
 from tokembed.shards.folder import (
     PARTS,
@@ -219,6 +220,7 @@ def _already_done(out: Path, rank: int, world_size: int, t0: float) -> PrepareRe
 
 def _write_manifest(out: Path, identity: dict[str, Any], records: list[dict[str, Any]], n_units: int) -> dict[str, Any]:
     manifest = assemble_manifest(identity, records, n_units)
+    manifest["token_counts"] = split_token_counts(out, manifest)
     atomic_write_json(out / MANIFEST, manifest)
     shutil.rmtree(out / PARTS, ignore_errors=True)
     for p in out.glob("manifest.rank-*.json"):
@@ -354,6 +356,7 @@ def merge_manifests(root: str | os.PathLike) -> dict[str, Any]:
                 )
     identity = {k: first[k] for k in ("format", "version", "tokenizer", "dtype", "config", "inputs")}
     manifest = assemble_manifest(identity, records, first["units"])
+    manifest["token_counts"] = split_token_counts(root, manifest)
     atomic_write_json(root / MANIFEST, manifest)
     for p in paths:
         p.unlink(missing_ok=True)

@@ -28,6 +28,7 @@ from tokembed.model.checkpoint import read_checkpoint_config, save_checkpoint
 from tokembed.model.config import GPTConfig
 from tokembed.model.gpt import GPT
 from tokembed.training.config import RESUMABLE_CHANGES, TrainConfig, lr_at
+from tokembed.training.counts import COUNTS_FILE, MIN_COUNT, TokenCounter
 from tokembed.training.data import TrainingData, load_training_data
 from tokembed.training.evaluation import evaluate_tokens
 from tokembed.training.plots import write_loss_png
@@ -80,6 +81,7 @@ def train(
     run = _Run(config, model_config, data)
     if saved is not None:
         run.state.restore(out, run.model, run.optimizer, run.loader)
+        run.restore_counts(out, progress=progress)
     end = config.max_steps if stop_at is None else min(stop_at, config.max_steps)
     run.loop(end, progress=progress, resumed=saved is not None)
     s = run.state
@@ -149,7 +151,19 @@ class _Run:
                 f"{config.data} gives no full batch of {config.batch_size} windows of {config.max_length} tokens; lower batch_size or max_length"
             )
         self.state = TrainState()
+        self.counter: TokenCounter | None = TokenCounter(model_config.vocab_size)
         self.batches = None
+
+    def restore_counts(self, out: Path, *, progress: bool) -> None:
+        """Continue the checkpoint's token counts; a checkpoint without them gives a run without them."""
+        if not self.counter.restore(out):
+            self.counter = None
+            if progress:
+                from tqdm.auto import tqdm
+
+                tqdm.write(
+                    f"{out} records no token counts (written by an older tokembed): this run records none either"
+                )
 
     def loop(self, end: int, *, progress: bool, resumed: bool) -> None:
         """Train until step ``end``, evaluating and checkpointing on schedule; Ctrl-C saves, then re-raises."""
@@ -201,6 +215,8 @@ class _Run:
         c, s = self.config, self.state
         t_start = time.perf_counter()
         inputs, targets = self._next_batch()
+        if self.counter is not None:
+            self.counter.add(inputs)
         lr = lr_at(s.step, c)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
@@ -240,6 +256,10 @@ class _Run:
     def checkpoint(self) -> None:
         s = self.state
         log = s.log
+        extra = {"loss.png": lambda path: write_loss_png(log, path)}
+        if self.counter is not None:
+            extra[COUNTS_FILE] = self.counter.write
+        _log_isotropy(log, s.step, self.model, self.counter)
         save_checkpoint(
             self.config.out,
             self.model,
@@ -249,8 +269,22 @@ class _Run:
             optimizer=self.optimizer,
             state=s.to_dict(self.loader),
             log=log,
-            extra_files={"loss.png": lambda path: write_loss_png(log, path)},
+            extra_files=extra,
         )
+
+
+def _log_isotropy(log: dict, step: int, model: GPT, counter: TokenCounter | None) -> None:
+    """Append the token table's isotropy at this step to ``log["isotropy"]`` (once per step)."""
+    from tokembed.embeddings.isotropy import isotropy_of_table
+
+    history = log.setdefault("isotropy", [])
+    if history and history[-1]["step"] == step:
+        return
+    with torch.no_grad():
+        iso = isotropy_of_table(
+            model.embed.token.weight, None if counter is None else counter.counts, min_count=MIN_COUNT
+        )
+    history.append({"step": step, **{k: None if v is None else v.to_dict() for k, v in iso.items()}})
 
 
 def _check_resumable(saved: dict, given: TrainConfig) -> None:
