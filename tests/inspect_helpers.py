@@ -88,3 +88,16 @@ def gpt2_state(dim: int = 8, *, seed: int = 1, n_positions: int = 1024) -> dict[
         "h.0.attn.c_attn.weight": torch.randn(dim, 3 * dim, generator=g),
         "ln_f.weight": torch.ones(dim),
     }
+
+
+SCHEMES = ("learned", "sinusoidal", "rope", "alibi", "t5", "shaw", "none")
+
+
+def tiny_run(path: Path, positional: str, data: str) -> Path:
+    """A real two-step `tokembed train` run of a tiny model (counts, isotropy log, loss.png, positional weights)."""
+    from tokembed import GPTConfig, TrainConfig, train
+
+    config = TrainConfig(data=data, out=str(path), max_length=16, batch_size=4, max_steps=2, checkpoint_interval=1)
+    model = GPTConfig(context_length=16, dim=16, n_layers=2, n_heads=2, positional=positional)
+    train(config, model, progress=False)
+    return path

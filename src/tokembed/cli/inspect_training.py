@@ -78,28 +78,25 @@ def cmd_undertrained(args, table) -> int:
     """The tokens read fewer than --min-count times, with Magikarp's indicators and how well they find them."""
     from tokembed.inspection.undertrained import undertrained_tokens
 
-    rows, found, reference = undertrained_tokens(table)
+    found = undertrained_tokens(table, limit=None if args.json else args.show)
     if args.json:
-        detections = {k: vars(v) for k, v in found.items()}
-        out = {"min_count": table.min_count, "counts": table.counts_source, "reference_ids": reference}
-        print(
-            json.dumps(
-                {**out, "detection": detections, "tokens": [vars(r) for r in rows]}, ensure_ascii=False, indent=1
-            )
-        )
+        detections = {k: vars(v) for k, v in found.detection.items()}
+        out = {"min_count": table.min_count, "counts": table.counts_source, "reference_ids": found.reference}
+        tokens = [vars(r) for r in found.tokens]
+        print(json.dumps({**out, "detection": detections, "tokens": tokens}, ensure_ascii=False, indent=1))
         return 0
     never = int((table.counts == 0).sum())
     print(
-        f"{len(rows):,} of {table.vocab_size:,} tokens were read fewer than {table.min_count} times "
+        f"{found.total:,} of {table.vocab_size:,} tokens were read fewer than {table.min_count} times "
         f"({never:,} never; counts: {table.counts_source or 'given'})"
     )
-    _print_detection(found, reference)
+    _print_detection(found.detection, found.reference)
     print(f"{'id':>6}  {'read':>6}  {'norm':>8}  {'cosine':>8}  token   (lower norm / cosine: more like unused rows)")
-    for r in rows[: args.show]:
+    for r in found.tokens:
         cos = f"{r.cosine:8.4f}" if r.cosine is not None else f"{'-':>8}"
         print(f"{r.id:6d}  {r.count:6,}  {r.norm:8.4f}  {cos}  {r.token!r}")
-    if len(rows) > args.show:
-        print(f"  ... ({len(rows) - args.show:,} more; --show N or --json for all)")
+    if found.total > len(found.tokens):
+        print(f"  ... ({found.total - len(found.tokens):,} more; --show N or --json for all)")
     return 0
 
 

@@ -23,7 +23,7 @@ __all__ = ["table_with_counts", "token_counts"]
 def table_with_counts(table: EmbeddingTable, *, corpus=None, min_count: int | None = None) -> EmbeddingTable:
     """``table`` with the counts of ``corpus`` when one is given (else its own), and ``min_count`` if given."""
     if corpus is None:
-        return table if min_count is None else table.with_counts(table.counts, table.counts_source, min_count=min_count)
+        return table if min_count is None else table.with_min_count(min_count)
     counts = token_counts(corpus, tokenizer=table.tokenizer, vocab_size=table.vocab_size)
     return table.with_counts(counts, f"corpus {corpus}", min_count=min_count)
 

@@ -14,7 +14,7 @@ weights) what they do against the distance between a query and a key:
   per bucket, distances of a bucket share it).
 * Shaw (``ShawRelativePositions``): the norms of the learned key and value vectors per clipped
   relative distance, per layer; a causal model reads only distances <= 0 (keys before the query),
-  so the vectors for keys after the query keep their initial values.
+  so the vectors for keys after the query get no gradient (weight decay alone shrinks them).
 * none: nothing: the order of tokens reaches the model only through the causal mask.
 """
 
@@ -140,10 +140,11 @@ def _shaw(modules: list[AttentionPositional]) -> PositionPicture:
 
 
 _ACTS = {
-    "input": "they add a vector per position to each token's embedding",
-    "rotate": "they rotate each query and key by angles proportional to its position, so a score sees only the distance",
-    "score": "they add a term that depends on the distance between query and key to each attention score",
-    "none": "there are none: the order of tokens reaches the model only through the causal mask",
+    "input": "are added to the input: a vector per position joins each token's embedding",
+    "rotate": "act inside attention: they rotate each query and key by angles proportional to its position, "
+    "so a score sees only the distance",
+    "score": "act inside attention: a term that depends on the distance between query and key joins each score",
+    "none": "are absent: the order of tokens reaches the model only through the causal mask",
 }
 
 
@@ -152,10 +153,7 @@ def describe_scheme(name: str) -> str:
     from tokembed.embeddings.registry import positional_scheme
 
     scheme = positional_scheme(name)
-    where = "act inside attention" if scheme.acts in ("rotate", "score") else "are added to the input"
-    if scheme.acts == "none":
-        where = "are absent"
-    return f"{scheme.name} positions {where}: {_ACTS[scheme.acts]} ({scheme.reference})."
+    return f"{scheme.name} positions {_ACTS[scheme.acts]} ({scheme.reference})."
 
 
 def checkpoint_position_pictures(path, *, max_positions: int | None = None) -> list[PositionPicture]:

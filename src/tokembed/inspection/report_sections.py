@@ -164,9 +164,10 @@ def undertrained(given) -> str:
             + _note(NO_COUNTS)
             + f"<p>The 20 tokens most like the never-in-UTF-8 byte tokens by Magikarp's cosine indicator (candidates, unconfirmed): {listed}</p>"
         )
-    rows, found, reference = undertrained_tokens(t)
+    result = undertrained_tokens(t, limit=20)
+    rows, found, reference = result.tokens, result.detection, result.reference
     intro = (
-        f"<p>{len(rows):,} of {t.vocab_size:,} tokens were read fewer than {t.min_count} times "
+        f"<p>{result.total:,} of {t.vocab_size:,} tokens were read fewer than {t.min_count} times "
         f"({int((t.counts == 0).sum()):,} never). Their vectors mean little: every answer below marks them. "
         "Land &amp; Bartolo 2024 (&ldquo;Fishing for Magikarp&rdquo;) find such tokens from the table alone; "
         f"here their indicators are scored against the recorded counts: a row is flagged when its indicator is at most "
@@ -192,7 +193,7 @@ def undertrained(given) -> str:
     )
     listed = _table(
         ["id", "token", "read", "norm", "cosine indicator"],
-        [(str(r.id), _tok(r.token), f"{r.count:,}", f"{r.norm:.4g}", _num(r.cosine, ".4f")) for r in rows[:20]],
+        [(str(r.id), _tok(r.token), f"{r.count:,}", f"{r.norm:.4g}", _num(r.cosine, ".4f")) for r in rows],
     )
     return head + intro + detect + "<p>The first 20, fewest reads first:</p>" + listed
 

@@ -203,13 +203,13 @@ class EmbeddingTable:
 
     # ----------------------------------------------------------------- counts
     def with_counts(self, counts, source: str = "", *, min_count: int | None = None) -> EmbeddingTable:
-        """This table with other token counts (e.g. ``token_counts(corpus)``) or another ``min_count``."""
-        return dataclasses.replace(
-            self,
-            counts=counts,
-            counts_source=source,
-            min_count=self.min_count if min_count is None else min_count,
-        )
+        """This table with other token counts (e.g. ``token_counts(corpus)``), and another ``min_count`` if given."""
+        n = self.min_count if min_count is None else min_count
+        return dataclasses.replace(self, counts=counts, counts_source=source, min_count=n)
+
+    def with_min_count(self, min_count: int) -> EmbeddingTable:
+        """This table, its counts kept, with another threshold for under-trained tokens."""
+        return dataclasses.replace(self, min_count=min_count)
 
     def count(self, token_id: int) -> int | None:
         """How many times the token was read, or None without counts."""

@@ -28,9 +28,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
-__all__ = ["Detection", "UndertrainedToken", "detection", "indicators", "known_unused_ids", "undertrained_tokens"]
+__all__ = [
+    "Detection",
+    "Undertrained",
+    "UndertrainedToken",
+    "detection",
+    "indicators",
+    "known_unused_ids",
+    "undertrained_tokens",
+]
 
 NEVER_IN_UTF8 = (0xC0, 0xC1, *range(0xF5, 0x100))  # RFC 3629, section 1: these octets never appear in UTF-8
 INDICATORS = ("norm", "cosine")
@@ -136,24 +145,44 @@ class UndertrainedToken:
     cosine: float | None
 
 
-def undertrained_tokens(table) -> tuple[list[UndertrainedToken], dict[str, Detection], list[int]]:
-    """The under-trained tokens of an ``EmbeddingTable`` (it must have counts), fewest reads first.
+@dataclass(frozen=True)
+class Undertrained:
+    """What ``undertrained_tokens`` finds.
 
-    Returns:
-        The tokens (ties in count broken by the cosine indicator, then the norm), each indicator's
-        ``Detection`` of the rows never read, and the known-unused reference ids they were measured against.
+    Attributes:
+        tokens: the under-trained tokens, fewest reads first (ties: the cosine indicator, then the
+            norm), at most the ``limit`` asked for.
+        total: how many tokens are under-trained in all.
+        detection: each indicator's ``Detection`` of the rows never read (empty without reference rows).
+        reference: the known-unused ids the indicators were measured against.
     """
+
+    tokens: list[UndertrainedToken]
+    total: int
+    detection: dict[str, Detection]
+    reference: list[int]
+
+
+def undertrained_tokens(table, *, limit: int | None = None) -> Undertrained:
+    """The tokens of an ``EmbeddingTable`` read fewer than its ``min_count`` times (it must have counts)."""
     counts = table.require_counts()
     reference = known_unused_ids(table.tokenizer, table.vocab_size)
     values = indicators(table.tokens, reference)
-    found = {name: detection(v, counts, reference, name=name) for name, v in values.items() if reference}
-    ids = table.undertrained_ids().tolist()
+    found = {name: detection(v, counts, reference, name=name) for name, v in values.items()} if reference else {}
+    ids = table.undertrained_ids().numpy()
     cosine = values.get("cosine")
+    keys = [values["norm"][ids].numpy(), counts[ids].numpy()]
+    if cosine is not None:
+        keys.insert(1, cosine[ids].numpy())
+    order = ids[np.lexsort(keys)][:limit]  # last key first: count, then cosine, then norm
     rows = [
         UndertrainedToken(
-            i, table.label(i), int(counts[i]), float(values["norm"][i]), None if cosine is None else float(cosine[i])
+            int(i),
+            table.label(int(i)),
+            int(counts[i]),
+            float(values["norm"][i]),
+            None if cosine is None else float(cosine[i]),
         )
-        for i in ids
+        for i in order
     ]
-    rows.sort(key=lambda r: (r.count, r.cosine if r.cosine is not None else 0.0, r.norm))
-    return rows, found, reference
+    return Undertrained(rows, int(ids.shape[0]), found, reference)
