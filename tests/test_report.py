@@ -390,3 +390,18 @@ def test_reports_of_every_scheme_render_in_headless_chromium(scheme_reports, tmp
         images, shot = render(offline)
         assert len(images) == len(parse(path).images), scheme
         assert all(i["complete"] and i["w"] > 0 and i["h"] > 0 for i in images), (scheme, images)
+
+
+def test_gpt2_wte_gets_candidates_without_counts_and_scores_with_a_corpus(tmp_path, story):
+    state = gpt2_state()
+    state["wte.weight"][[124, 125, *range(177, 188)]] = 0.5  # GPT-2's never-in-UTF-8 byte tokens: one point
+    save_file({"transformer." + k: v for k, v in state.items()}, str(tmp_path / "model.safetensors"))
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
+    found = sections_of(write_report(tmp_path, tmp_path / "a.html", config=FAST))
+    assert "candidates, unconfirmed" in found["Under-trained tokens"]["text"]
+    (tmp_path / "story.txt").write_text(story, encoding="utf-8")
+    scored = write_report(
+        tmp_path, tmp_path / "b.html", config=ReportConfig(n_points=200, tsne=False, corpus=str(tmp_path / "story.txt"))
+    )
+    text = sections_of(scored)["Under-trained tokens"]["text"]
+    assert "average precision" in text and "tokens were read fewer than 10 times" in text

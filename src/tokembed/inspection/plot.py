@@ -157,7 +157,7 @@ def plot_position_similarity(table: EmbeddingTable, *, max_positions: int | None
     ax = fig.add_subplot()
     im = ax.imshow(sim.numpy(), cmap="RdBu_r", vmin=-1, vmax=1, interpolation="nearest", origin="upper")
     fig.colorbar(im, ax=ax, label="cosine similarity")
-    ax.set_title(f"Cosine similarity between {table.positional} positions")
+    ax.set_title(f"Cosine similarity between {table.positional} positions: {table.source or 'the table'}", fontsize=10)
     ax.set_xlabel("position")
     ax.set_ylabel("position")
     return fig
@@ -173,7 +173,10 @@ def plot_position_distance(table: EmbeddingTable):
     if norms is not None:
         ax.plot(norms, label="norm of the position vector", alpha=0.7)
     ax.set_xlabel("position")
-    ax.set_title(f"How far each {table.positional} position vector is from its neighbours")
+    ax.set_title(
+        f"How far each {table.positional} position vector is from its neighbours: {table.source or 'the table'}",
+        fontsize=10,
+    )
     ax.legend(loc="best", fontsize=8)
     return fig
 

@@ -7,6 +7,7 @@
     CKPT/state.json           loader state, RNG state, step: what exact resume needs
     CKPT/log.json             {"train": [{"step", "tokens", "loss", "lr", "tokens_per_s"}, ...], "val": [{"step", "loss"}, ...]}
     CKPT/loss.png             the loss curves (written by the training loop when matplotlib is installed)
+    CKPT/token_counts.safetensors  (V,) how many times training read each id (``tokembed.training.counts``)
 
 Saving writes everything into ``CKPT.tmp-XXXX/`` beside ``CKPT``, fsyncs each file, then swaps the
 directories with two renames; the previous checkpoint is deleted only once the new one is in
