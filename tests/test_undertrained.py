@@ -96,7 +96,7 @@ def test_every_answer_marks_undertrained_tokens(planted):
     rows = table.token_table("the king\xf5")  # a replacement character: a three-byte token, read
     assert all(r.undertrained == bool(unused[r.id]) and r.count == int(table.counts[r.id]) for r in rows)
     assert table.with_min_count(10**9).is_undertrained(q) and not table.is_undertrained(q)
-    with pytest.raises(ValueError, match=r"min_count must be an integer >= 0 .*got -2"):
+    with pytest.raises(ValueError, match=r"min_count must be an integer >= 0, got -2"):
         table.with_min_count(-2)
     bare = EmbeddingTable(table.tokens, "gpt2")
     assert bare.neighbours(q, topn=1)[0].undertrained is None and bare.is_undertrained(q) is None

@@ -42,7 +42,7 @@ _PUBLIC = {
     "TokenEmbedding": "embeddings",
     "LearnedPositionalEmbedding": "embeddings",
     "InputEmbedding": "embeddings",
-    "POSITIONAL_NAMES": "embeddings",
+    "POSITIONAL_NAMES": "embeddings.names",
     "SinusoidalPositionalEmbedding": "embeddings",
     "RotaryEmbedding": "embeddings",
     "ALiBi": "embeddings",

@@ -187,9 +187,9 @@ def _positions_figure(args, table):
 
     if table.positions is not None:
         return plot.plot_position_similarity(table)
-    from tokembed.inspection.positions import checkpoint_position_pictures, describe_scheme
+    from tokembed.inspection.positions import checkpoint_position_pictures, describe_scheme, has_position_modules
 
-    pictures = [] if table.positional == "none" else checkpoint_position_pictures(args.source)
+    pictures = checkpoint_position_pictures(args.source) if has_position_modules(table.positional) else []
     if not pictures:
         raise ValueError(f"nothing to draw: {describe_scheme(table.positional)}")
     return plot.plot_position_picture(pictures[-1])  # RoPE: the similarity against distance

@@ -16,10 +16,10 @@ def cmd_positions(args, table) -> int:
     """Absolute schemes: cosine between positions; the others: what their modules do against distance."""
     if table.positions is not None:
         return _absolute_positions(args, table)
-    from tokembed.inspection.positions import checkpoint_position_pictures, describe_scheme
+    from tokembed.inspection.positions import checkpoint_position_pictures, describe_scheme, has_position_modules
 
-    about = describe_scheme(table.positional) if table.positional else "no positional scheme recorded."
-    pictures = [] if table.positional == "none" else checkpoint_position_pictures(args.source)
+    about = describe_scheme(table.positional)
+    pictures = checkpoint_position_pictures(args.source) if has_position_modules(table.positional) else []
     if args.json:
         print(
             json.dumps(

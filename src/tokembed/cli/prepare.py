@@ -12,6 +12,11 @@ from pathlib import Path
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    _add_prepare(sub)
+    _add_folder_commands(sub)
+
+
+def _add_prepare(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "prepare",
         help="tokenize text/markdown/JSON Lines (optionally .gz) into token shards",
@@ -39,6 +44,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--skip-bad-lines", action="store_true", help="skip (and count) JSON lines that are invalid or lack --field"
     )
+    _add_engine_options(p)
+    p.add_argument("--overwrite", action="store_true", help="replace a shard folder made from other inputs or options")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar and no summary")
+    p.set_defaults(func=run_prepare)
+
+
+def _add_engine_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=int, default=0, help="tokenizing processes (default 0: all cores)")
     p.add_argument(
         "--engine",
@@ -49,10 +61,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ray-address", default=None, help="Ray cluster address (default: a local Ray)")
     p.add_argument("--rank", type=int, default=0, help="this machine's rank (with --world-size)")
     p.add_argument("--world-size", type=int, default=1, help="machines sharing the work; then run `tokembed merge DIR`")
-    p.add_argument("--overwrite", action="store_true", help="replace a shard folder made from other inputs or options")
-    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar and no summary")
-    p.set_defaults(func=run_prepare)
 
+
+def _add_folder_commands(sub: argparse._SubParsersAction) -> None:
     c = sub.add_parser(
         "check",
         help="verify a shard folder (structure, counts, checksums)",
@@ -70,7 +81,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--world-size",
         type=int,
         default=1,
-        help="ranks sharing each epoch: also print the batches per rank (tokembed.loader)",
+        help="ranks sharing each epoch: also print the batches per rank (tokembed.data.plan)",
     )
     s.add_argument("--json", action="store_true", help="print JSON")
     s.set_defaults(func=run_stats)

@@ -5,38 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
 from dataclasses import fields
 from pathlib import Path
 
-
-class _SchemeNames(Sequence):
-    """``tokembed.embeddings.registry.POSITIONAL_NAMES``, read only when argparse looks at it.
-
-    The registry imports torch (~2 s); building the parser must not, or every command pays for it.
-    argparse reads choices when it checks a value and when it formats ``%(choices)s`` / ``%(default)s``
-    in ``tokembed train --help`` (both need torch anyway), never while arguments are added, as long as
-    the argument has a metavar (otherwise argparse lists the choices in it at once). Python 3.14's argparse
-    also formats help while arguments are added, so there torch is imported again (tests/test_cli_startup.py
-    says so); the lasting fix is a torch-free home for the names.
-    """
-
-    def _names(self) -> tuple[str, ...]:
-        from tokembed.embeddings.registry import POSITIONAL_NAMES
-
-        return POSITIONAL_NAMES
-
-    def __getitem__(self, i):
-        return self._names()[i]
-
-    def __len__(self) -> int:
-        return len(self._names())
-
-    def __str__(self) -> str:  # as `--schemes` takes them
-        return ",".join(self._names())
-
-
-_SCHEMES = _SchemeNames()
+from tokembed.embeddings.names import POSITIONAL_NAMES  # torch-free: building the parser never imports torch
 
 
 def _lengths(text: str) -> list[int]:
@@ -54,6 +26,12 @@ def _names(text: str) -> list[str]:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    _add_train(sub)
+    _add_eval(sub)
+    _add_experiment(sub)
+
+
+def _add_train(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "train",
         help="train a small GPT on a shard folder or a text file",
@@ -67,9 +45,22 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--out", required=True, type=Path, help="checkpoint directory (written atomically; --resume continues it)"
     )
     p.add_argument("--resume", action="store_true", help="continue the checkpoint in --out exactly where it stopped")
-    m = p.add_argument_group("model (ignored with --resume: taken from the checkpoint)")
+    _add_model_options(p.add_argument_group("model (ignored with --resume: taken from the checkpoint)"))
+    _add_training_options(
+        p.add_argument_group("training (default: the checkpoint's values with --resume, else TrainConfig's)")
+    )
+    p.add_argument(
+        "--no-progress", action="store_true", help="no progress bar (there is none when stderr is not a terminal)"
+    )
+    p.set_defaults(func=run_train)
+
+
+def _add_model_options(m) -> None:
     m.add_argument(
-        "--positional", choices=_SCHEMES, metavar="SCHEME", help="positional scheme: %(choices)s (default learned)"
+        "--positional",
+        choices=POSITIONAL_NAMES,
+        metavar="SCHEME",
+        help="positional scheme: %(choices)s (default learned)",
     )
     m.add_argument("--context-length", type=int, help="model context (default: --max-length)")
     m.add_argument("--dim", type=int, help="model width (default 64)")
@@ -87,7 +78,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="keep packed documents apart: attend only within a document, positions restart after <|endoftext|>",
     )
-    t = p.add_argument_group("training (default: the checkpoint's values with --resume, else TrainConfig's)")
+
+
+def _add_training_options(t) -> None:
     t.add_argument(
         "--max-length", type=int, help="tokens per window (default 64, or --context-length when that is smaller)"
     )
@@ -106,11 +99,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--init-embeddings",
         help="a local GPT-2 weights file (model.safetensors, pytorch_model.bin, the book's model.pth) whose wte/wpe start the embeddings",
     )
-    p.add_argument(
-        "--no-progress", action="store_true", help="no progress bar (there is none when stderr is not a terminal)"
-    )
-    p.set_defaults(func=run_train)
 
+
+def _add_eval(sub: argparse._SubParsersAction) -> None:
     e = sub.add_parser(
         "eval",
         help="validation loss and perplexity of a checkpoint at several lengths",
@@ -140,6 +131,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--json", action="store_true", help="print JSON instead of a table")
     e.set_defaults(func=run_eval)
 
+
+def _add_experiment(sub: argparse._SubParsersAction) -> None:
     x = sub.add_parser("experiment", help="experiments", description="Experiments that train and compare models.")
     xs = x.add_subparsers(dest="experiment", metavar="EXPERIMENT", required=True)
     pos = xs.add_parser(
@@ -149,7 +142,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     pos.add_argument("data", help="shard folder or text file")
     pos.add_argument("--out", type=Path, required=True, help="folder for positions.md/.json/.png and the checkpoints")
-    pos.add_argument("--schemes", type=_names, default=_SCHEMES, help="comma-separated (default all: %(default)s)")
+    pos.add_argument(
+        "--schemes",
+        type=_names,
+        default=list(POSITIONAL_NAMES),
+        help=f"comma-separated (default all: {','.join(POSITIONAL_NAMES)})",
+    )
     pos.add_argument("--train-length", type=int)
     pos.add_argument(
         "--multiples", type=_lengths, help="evaluation lengths as multiples of the training length (default 1,2,4,8)"

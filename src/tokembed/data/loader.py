@@ -23,7 +23,6 @@ Each batch is gathered in one vectorized step by `SlidingWindowDataset.gather`.
 
 from __future__ import annotations
 
-import numbers
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -32,7 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from tokembed._checks import check_positive_int
+from tokembed._checks import check_int, check_positive_int
 from tokembed.data.plan import RankPlan, rank_plan
 from tokembed.data.shuffle import FeistelPermutation
 from tokembed.data.windows import SlidingWindowDataset
@@ -58,8 +57,7 @@ def resolve_rank(rank: int | None = None, world_size: int | None = None) -> tupl
             return dist.get_rank(), dist.get_world_size()
         return 0, 1
     world_size = check_positive_int("world_size", world_size)
-    if isinstance(rank, bool) or not isinstance(rank, numbers.Integral):
-        raise TypeError(f"rank must be an integer, got {rank!r} ({type(rank).__name__})")
+    check_int("rank", rank)
     if not 0 <= rank < world_size:
         raise ValueError(f"rank {rank} is outside world_size={world_size}: ranks are 0..{world_size - 1}")
     return int(rank), world_size
@@ -94,14 +92,8 @@ class LoaderConfig:
 
     def __post_init__(self) -> None:
         check_positive_int("batch_size", self.batch_size)
-        if isinstance(self.seed, bool) or not isinstance(self.seed, numbers.Integral) or self.seed < 0:
-            raise ValueError(f"seed must be an integer >= 0, got {self.seed!r}")
-        if (
-            isinstance(self.num_workers, bool)
-            or not isinstance(self.num_workers, numbers.Integral)
-            or self.num_workers < 0
-        ):
-            raise ValueError(f"num_workers must be an integer >= 0, got {self.num_workers!r}")
+        check_int("seed", self.seed, min=0, noun="an integer")
+        check_int("num_workers", self.num_workers, min=0, noun="an integer")
         if self.prefetch_factor is not None:
             check_positive_int("prefetch_factor", self.prefetch_factor)
             if self.num_workers == 0:
@@ -250,8 +242,7 @@ class WindowLoader:
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch (its order). The same epoch as now keeps a loaded resume point."""
-        if isinstance(epoch, bool) or not isinstance(epoch, numbers.Integral) or epoch < 0:
-            raise ValueError(f"epoch must be an integer >= 0, got {epoch!r}")
+        check_int("epoch", epoch, min=0, noun="an integer")
         if epoch != self._epoch:
             self._epoch, self._done, self._resume_at = int(epoch), 0, 0
             self._iter_id += 1  # an iterator of the previous epoch no longer updates the state

@@ -9,9 +9,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
-from tokembed._checks import check_positive_int
+from tokembed._checks import check_int, check_positive_int
 
 __all__ = ["Plan", "RankPlan", "add_rank_plans", "plan", "rank_plan", "window_count"]
 
@@ -57,8 +55,7 @@ def plan(n_tokens: int, *, max_length: int, stride: int, batch_size: int, drop_l
     Uses `window_count`, the same arithmetic as the loaders, so the numbers agree.
     """
     for name, value in (("max_length", max_length), ("stride", stride), ("batch_size", batch_size)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        check_int(name, value, min=1, noun="an integer")
     if n_tokens < 0:
         raise ValueError(f"n_tokens must be >= 0, got {n_tokens}")
     windows = int(window_count(int(n_tokens), int(max_length), int(stride)))

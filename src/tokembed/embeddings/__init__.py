@@ -1,35 +1,45 @@
-"""Token and positional embeddings.
+"""Stage 4: token and positional embeddings.
 
-Positional schemes, grouped by where they act (names in ``registry.POSITIONAL_NAMES``):
+Positional schemes, grouped by where they act (``names.POSITIONAL_NAMES``; ``names`` is torch-free):
 added to the input (``LearnedPositionalEmbedding``, ``SinusoidalPositionalEmbedding``), rotating
 queries and keys (``RotaryEmbedding``), added to attention scores (``ALiBi``, ``T5RelativeBias``,
-``ShawRelativePositions``), or none.
+``ShawRelativePositions``), or none. The names below load on first use (PEP 562), so importing
+``tokembed.embeddings.names`` does not import torch.
 """
 
-from tokembed.embeddings.absolute import LearnedPositionalEmbedding
-from tokembed.embeddings.bias import ALiBi, ShawRelativePositions, T5RelativeBias, alibi_slopes, t5_relative_bucket
-from tokembed.embeddings.input import InputEmbedding
-from tokembed.embeddings.interface import AttentionPositional
-from tokembed.embeddings.registry import POSITIONAL_NAMES, attention_positional, input_positional, positional_scheme
-from tokembed.embeddings.rotary import RotaryEmbedding
-from tokembed.embeddings.sinusoidal import SinusoidalPositionalEmbedding, sinusoidal_table
-from tokembed.embeddings.token import TokenEmbedding
+from __future__ import annotations
 
-__all__ = [
-    "ALiBi",
-    "AttentionPositional",
-    "InputEmbedding",
-    "LearnedPositionalEmbedding",
-    "POSITIONAL_NAMES",
-    "RotaryEmbedding",
-    "ShawRelativePositions",
-    "SinusoidalPositionalEmbedding",
-    "T5RelativeBias",
-    "TokenEmbedding",
-    "alibi_slopes",
-    "attention_positional",
-    "input_positional",
-    "positional_scheme",
-    "sinusoidal_table",
-    "t5_relative_bucket",
-]
+import importlib
+
+_PUBLIC = {
+    "ALiBi": "tokembed.embeddings.bias",
+    "AttentionPositional": "tokembed.embeddings.interface",
+    "InputEmbedding": "tokembed.embeddings.input",
+    "LearnedPositionalEmbedding": "tokembed.embeddings.absolute",
+    "POSITIONAL_NAMES": "tokembed.embeddings.names",
+    "RotaryEmbedding": "tokembed.embeddings.rotary",
+    "ShawRelativePositions": "tokembed.embeddings.bias",
+    "SinusoidalPositionalEmbedding": "tokembed.embeddings.sinusoidal",
+    "T5RelativeBias": "tokembed.embeddings.bias",
+    "TokenEmbedding": "tokembed.embeddings.token",
+    "alibi_slopes": "tokembed.embeddings.bias",
+    "attention_positional": "tokembed.embeddings.registry",
+    "input_positional": "tokembed.embeddings.registry",
+    "positional_scheme": "tokembed.embeddings.names",
+    "sinusoidal_table": "tokembed.embeddings.sinusoidal",
+    "t5_relative_bucket": "tokembed.embeddings.bias",
+}
+__all__ = sorted(_PUBLIC)
+
+
+def __getattr__(name: str):
+    module = _PUBLIC.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tokembed.embeddings' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_PUBLIC))

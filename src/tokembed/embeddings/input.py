@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from tokembed._checks import check_positive_int, check_probability
+from tokembed._checks import check_int, check_positive_int, check_probability
 from tokembed.embeddings.registry import input_positional, positional_scheme
 from tokembed.embeddings.token import TokenEmbedding
 
@@ -74,8 +74,7 @@ class InputEmbedding(nn.Module):
             )
         B, T = ids.shape
         if position_ids is None:
-            if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-                raise ValueError(f"offset must be an integer >= 0, got {offset!r}")
+            check_int("offset", offset, min=0, noun="an integer")
             if self.scheme.bounded and offset + T > self.context_length:
                 if offset:
                     raise ValueError(

@@ -19,11 +19,9 @@ Longer contexts than trained (both leave the trained range of angles untouched i
 
 from __future__ import annotations
 
-import math
-
 import torch
 
-from tokembed._checks import check_positive_int
+from tokembed._checks import check_number, check_positive_int
 from tokembed.embeddings.interface import AttentionPositional
 
 ROPE_SCALINGS = ("linear", "ntk")
@@ -35,10 +33,7 @@ def rope_inv_freq(
     """The (head_dim/2,) angular frequencies ``theta_i``, after the chosen scaling (float64)."""
     if scaling is not None and scaling not in ROPE_SCALINGS:
         raise ValueError(f"rope scaling must be one of {', '.join(ROPE_SCALINGS)} or None, got {scaling!r}")
-    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor >= 1.0 or math.isinf(factor):
-        raise ValueError(
-            f"rope scaling factor must be a number >= 1 (the new length over the trained one), got {factor!r}"
-        )
+    check_number("rope scaling factor", factor, min=1.0, noun="a number", hint="the new length over the trained one")
     if scaling == "ntk":
         base = base * factor ** (head_dim / (head_dim - 2))
     inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))  # (d/2,)

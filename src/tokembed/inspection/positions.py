@@ -35,6 +35,7 @@ __all__ = [
     "attention_modules",
     "checkpoint_position_pictures",
     "describe_scheme",
+    "has_position_modules",
     "position_pictures",
 ]
 
@@ -148,9 +149,16 @@ _ACTS = {
 }
 
 
+def has_position_modules(name: str) -> bool:
+    """Whether the scheme ``name`` acts inside attention through modules (RoPE, ALiBi, T5, Shaw)."""
+    from tokembed.embeddings.names import positional_scheme
+
+    return positional_scheme(name).acts in ("rotate", "score")
+
+
 def describe_scheme(name: str) -> str:
     """One sentence: what the positional scheme ``name`` does (from the registry's description of it)."""
-    from tokembed.embeddings.registry import positional_scheme
+    from tokembed.embeddings.names import positional_scheme
 
     scheme = positional_scheme(name)
     return f"{scheme.name} positions {_ACTS[scheme.acts]} ({scheme.reference})."

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from tokembed._checks import check_int
 from tokembed.inspection.counts import table_with_counts
 from tokembed.inspection.load import is_tokembed_checkpoint, load_table
 from tokembed.inspection.table import EmbeddingTable
@@ -52,9 +53,7 @@ class ReportConfig:
 
     def __post_init__(self) -> None:
         for name in ("topn", "n_points", "label_top"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+            check_int(name, getattr(self, name), min=1, noun="an integer")
         if self.n_points < 3:
             raise ValueError(f"n_points must be >= 3 for a projection, got {self.n_points}")
         if self.max_positions is not None and (not isinstance(self.max_positions, int) or self.max_positions < 2):

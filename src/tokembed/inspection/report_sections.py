@@ -337,10 +337,10 @@ def positions(given) -> str:
     if t.positions is not None:
         return head + _absolute_positions(t, given.config)
     from tokembed.inspection.plot import plot_position_picture
-    from tokembed.inspection.positions import checkpoint_position_pictures, describe_scheme
+    from tokembed.inspection.positions import checkpoint_position_pictures, describe_scheme, has_position_modules
 
     about = f"<p>{html.escape(describe_scheme(t.positional))}</p>"
-    if t.positional == "none":
+    if not has_position_modules(t.positional):
         return head + about
     if given.checkpoint is None:
         return (

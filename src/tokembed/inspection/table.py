@@ -33,6 +33,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from tokembed._checks import check_int
+from tokembed.embeddings.names import SCHEMES
 from tokembed.training.counts import MIN_COUNT, check_min_count
 
 __all__ = [
@@ -47,8 +49,16 @@ __all__ = [
 
 
 EXPORT_FORMAT = "tokembed-embeddings"  # safetensors metadata "format" of `tokembed export` tables
-# Positional schemes whose per-position vectors form a table (the others act inside attention).
-ABSOLUTE_POSITIONALS = ("learned", "sinusoidal")
+
+
+def _vectors(positional: str) -> str | None:
+    """How a scheme's per-position vectors are had ("table", "formula"), or None (none, or an unknown name)."""
+    scheme = SCHEMES.get(positional)
+    return scheme.vectors if scheme is not None else None
+
+
+def _with_vectors() -> str:
+    return " or ".join(s.name for s in SCHEMES.values() if s.vectors)
 
 
 @dataclass(frozen=True)
@@ -254,8 +264,7 @@ class EmbeddingTable:
 
     def check_id(self, token_id) -> int:
         """Return ``token_id`` as an int if it indexes a row, else raise naming it."""
-        if isinstance(token_id, bool) or not isinstance(token_id, numbers.Integral):
-            raise TypeError(f"a token id must be an integer, got {token_id!r} ({type(token_id).__name__})")
+        check_int("a token id", token_id)
         if not 0 <= token_id < self.vocab_size:
             raise ValueError(
                 f"token id {token_id} is outside the table's vocabulary (size {self.vocab_size}): valid ids are 0..{self.vocab_size - 1}"
@@ -340,8 +349,7 @@ class EmbeddingTable:
 
     def _top(self, scores: torch.Tensor, exclude: Iterable[int], topn: int) -> list[Neighbour]:
         # scores (V,) is a fresh product that this function may overwrite (no copy: it is V floats per query)
-        if isinstance(topn, bool) or not isinstance(topn, numbers.Integral) or topn < 1:
-            raise ValueError(f"topn must be an integer >= 1, got {topn!r}")
+        check_int("topn", topn, min=1, noun="an integer")
         excluded = sorted(set(exclude))
         if excluded:
             scores[excluded] = -math.inf
@@ -441,7 +449,7 @@ class EmbeddingTable:
         if self.positions is None:
             raise ValueError(
                 f"this table ({self.source or 'no source'}) has no absolute position vectors (positional scheme: {self.positional}); "
-                f"positional structure is defined for {' or '.join(ABSOLUTE_POSITIONALS)} positions, which are added to the input"
+                f"positional structure is defined for {_with_vectors()} positions, which are added to the input"
             )
         return self.positions
 
@@ -508,11 +516,11 @@ class EmbeddingTable:
         config = getattr(model, "config", None)
         positional = str(getattr(config, "positional", "learned"))
         position = getattr(getattr(embed, "position", None), "weight", None)
-        if positional == "sinusoidal" and position is None:
+        if _vectors(positional) == "formula" and position is None:
             from tokembed.embeddings.sinusoidal import sinusoidal_table
 
             position = sinusoidal_table(int(config.context_length), token.shape[1])
-        elif positional not in ABSOLUTE_POSITIONALS:
+        elif _vectors(positional) is None:
             position = None
         return cls(
             token.detach().clone(),
@@ -558,17 +566,17 @@ class EmbeddingTable:
             raise ValueError(
                 f"{weights}: embed.token.weight has shape {tuple(tokens.shape)} but config.json says vocab_size={vocab_size}, dim={dim}; the checkpoint is inconsistent"
             )
-        if positional == "sinusoidal" and positions is None:
+        if _vectors(positional) == "formula" and positions is None:
             from tokembed.embeddings.sinusoidal import sinusoidal_table
 
             positions = sinusoidal_table(
                 int(model["context_length"]), tokens.shape[1], base=float(model.get("sinusoidal_base", 10000.0))
             )
-        elif positional == "learned" and positions is None:
+        elif _vectors(positional) == "table" and positions is None:
             raise ValueError(
-                f"{weights}: config.json says learned positions but 'embed.position.weight' is missing; the checkpoint is incomplete"
+                f"{weights}: config.json says {positional} positions but 'embed.position.weight' is missing; the checkpoint is incomplete"
             )
-        elif positional not in ABSOLUTE_POSITIONALS:
+        elif _vectors(positional) is None:
             positions = None
         from tokembed.training.counts import read_token_counts
 

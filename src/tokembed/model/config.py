@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from tokembed._checks import check_positive_int, check_probability, config_from_dict
-from tokembed.embeddings.registry import positional_scheme
+from tokembed._checks import check_int, check_number, check_positive_int, check_probability, config_from_dict
+from tokembed.embeddings.names import positional_scheme
 from tokembed.embeddings.rotary import ROPE_SCALINGS
 
 
@@ -66,22 +66,21 @@ class GPTConfig:
         ):
             check_positive_int(name, getattr(self, name))
         check_probability("dropout", self.dropout)
-        positional_scheme(self.positional)
+        scheme = positional_scheme(self.positional)
         if self.dim % self.n_heads:
             raise ValueError(
                 f"n_heads={self.n_heads} does not divide dim={self.dim}; choose n_heads among the divisors of dim or change dim"
             )
         head_dim = self.dim // self.n_heads
-        if self.positional == "rope" and head_dim % 2:
+        if scheme.even == "head_dim" and head_dim % 2:
             raise ValueError(
-                f"rope needs an even head width, got dim/n_heads = {self.dim}/{self.n_heads} = {head_dim}; change dim or n_heads"
+                f"{scheme.name} needs an even head width, got dim/n_heads = {self.dim}/{self.n_heads} = {head_dim}; change dim or n_heads"
             )
-        if self.positional == "sinusoidal" and self.dim % 2:
-            raise ValueError(f"sinusoidal positions need an even dim, got {self.dim}")
+        if scheme.even == "dim" and self.dim % 2:
+            raise ValueError(f"{scheme.name} positions need an even dim, got {self.dim}")
         if self.rope_scaling is not None and self.rope_scaling not in ROPE_SCALINGS:
             raise ValueError(f"rope_scaling must be None, 'linear' or 'ntk', got {self.rope_scaling!r}")
-        if not isinstance(self.rope_factor, (int, float)) or self.rope_factor < 1:
-            raise ValueError(f"rope_factor must be >= 1, got {self.rope_factor!r}")
+        check_number("rope_factor", self.rope_factor, min=1.0, noun="")
         if (
             not isinstance(self.tie_embeddings, bool)
             or not isinstance(self.bias, bool)
@@ -90,8 +89,7 @@ class GPTConfig:
             raise TypeError(
                 f"tie_embeddings, bias and document_mask must be True or False, got {self.tie_embeddings!r}, {self.bias!r} and {self.document_mask!r}"
             )
-        if isinstance(self.eot_token, bool) or not isinstance(self.eot_token, int):
-            raise TypeError(f"eot_token must be an integer token id, got {self.eot_token!r}")
+        check_int("eot_token", self.eot_token)
         if self.document_mask and not 0 <= self.eot_token < self.vocab_size:
             raise ValueError(
                 f"eot_token {self.eot_token} is outside the vocabulary (size {self.vocab_size}); document_mask needs the id that ends documents"

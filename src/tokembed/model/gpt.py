@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tokembed._checks import check_index_tensor
+from tokembed._checks import check_index_tensor, check_int
 from tokembed.embeddings.input import InputEmbedding
 from tokembed.embeddings.registry import attention_positional, positional_scheme
 from tokembed.model.attention import CausalSelfAttention, KVCache
@@ -252,8 +252,7 @@ class GPT(nn.Module):
         Returns:
             (B, T + max_new_tokens) ids.
         """
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
-            raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
+        check_int("max_new_tokens", max_new_tokens, min=0, noun="an integer")
         if not temperature >= 0:
             raise ValueError(f"temperature must be >= 0 (0 = greedy), got {temperature!r}")
         if top_k is not None and (not isinstance(top_k, int) or top_k < 1):

@@ -28,76 +28,99 @@ def shard_file_problems(root: Path, s: ShardInfo, itemsize: int) -> list[str]:
 
 
 def check_split(root: Path, manifest: dict[str, Any], split: str, *, full: bool) -> list[str]:
-    problems: list[str] = []
+    """Problems of one split: totals, file sizes, and with ``full`` checksums and document boundaries."""
     entry = manifest["splits"][split]
     dtype = np.dtype("<u2") if manifest["dtype"] == "uint16" else np.dtype("<u4")
-    n_vocab = int(manifest["tokenizer"].get("n_vocab", np.iinfo(dtype).max + 1))
-    eot = manifest["tokenizer"].get("eot_token")
     try:
         shards = [ShardInfo.from_dict(d) for d in entry["shards"]]
     except (ValueError, TypeError, KeyError) as e:
         return [f"split {split!r}: bad shard list ({e})"]
-    if sum(s.n_tokens for s in shards) != entry.get("tokens"):
-        problems.append(
-            f"split {split!r}: manifest total of {entry.get('tokens')} tokens differs from the sum over its shards ({sum(s.n_tokens for s in shards)})"
-        )
-    if sum(s.n_documents for s in shards) != entry.get("documents"):
-        problems.append(
-            f"split {split!r}: manifest total of {entry.get('documents')} documents differs from the sum over its shards ({sum(s.n_documents for s in shards)})"
-        )
-    previous_ends: bool | None = True  # the stream starts at a document start; None: unknown (damaged shard)
+    problems = _total_problems(split, entry, shards)
+    boundaries = _Boundaries(manifest["tokenizer"], dtype)
     for s in shards:
         file_problems = shard_file_problems(root, s, dtype.itemsize)
         problems += file_problems
         if file_problems or not full:
-            previous_ends = None
+            boundaries.previous_ends = None
             continue
-        bad_sum = False
-        if sha256_file(root / s.tokens) != s.sha256:
-            problems.append(f"{s.tokens}: sha256 mismatch (the token file was modified or damaged)")
-            bad_sum = True
-        if sha256_file(root / s.index) != s.index_sha256:
-            problems.append(f"{s.index}: sha256 mismatch (the document index was modified or damaged)")
-            bad_sum = True
-        if bad_sum:
-            previous_ends = None
+        sums = _checksum_problems(root, s)
+        problems += sums
+        if sums:
+            boundaries.previous_ends = None
             continue
-        # Checksums match: the content is what prepare wrote; still check it is a valid shard.
-        idx = np.fromfile(root / s.index, dtype=INDEX_DTYPE)
-        toks = np.memmap(root / s.tokens, dtype=dtype, mode="r") if s.n_tokens else np.zeros(0, dtype)
-        if len(idx) and (idx[0] < 0 or np.any(np.diff(idx) < 1) or idx[-1] >= s.n_tokens):
-            problems.append(
-                f"{s.index}: document starts are not strictly increasing within the shard's {s.n_tokens} tokens"
-            )
-            previous_ends = None
-            continue
-        if s.n_tokens and eot is not None:
-            # <|endoftext|> ends every document and appears nowhere else (documents are encoded as
-            # ordinary text): it sits just before each listed start, and last if the shard ends a document.
-            ends_document = bool(toks[-1] == eot)
-            expected = np.append(idx[idx > 0] - 1, [s.n_tokens - 1] if ends_document else [])
-            if not np.array_equal(np.flatnonzero(toks == eot), expected):
-                problems.append(
-                    f"{s.tokens}: its <|endoftext|> tokens ({eot}) are not exactly where the index says documents end"
-                )
-            starts_document = bool(len(idx) and idx[0] == 0)
-            if previous_ends is not None and previous_ends != starts_document:
-                if starts_document:
-                    why = "starts a document, but the shard before it ends inside one (is a shard missing?)"
-                elif s is shards[0]:
-                    why = "is the split's first shard but begins inside a document (is a shard missing?)"
-                else:
-                    why = "begins inside a document, but the shard before it ends with <|endoftext|> (is a shard missing?)"
-                problems.append(f"{s.tokens}: {why}")
-            previous_ends = ends_document
-        if s.n_tokens and int(toks.max()) >= n_vocab:
-            problems.append(f"{s.tokens}: token id {int(toks.max())} is outside the vocabulary (size {n_vocab})")
-        del toks
-    if full and previous_ends is False and not problems:
+        problems += boundaries.problems(root, s, first=s is shards[0])  # checksums match: is it a valid shard?
+    if full and boundaries.previous_ends is False and not problems:
         problems.append(
             f"split {split!r}: its last shard ends inside a document (no <|endoftext|>); a shard is missing at the end"
         )
     return problems
+
+
+def _total_problems(split: str, entry: dict[str, Any], shards: list[ShardInfo]) -> list[str]:
+    problems = []
+    for key, total in (("tokens", sum(s.n_tokens for s in shards)), ("documents", sum(s.n_documents for s in shards))):
+        if total != entry.get(key):
+            problems.append(
+                f"split {split!r}: manifest total of {entry.get(key)} {key} differs from the sum over its shards ({total})"
+            )
+    return problems
+
+
+def _checksum_problems(root: Path, s: ShardInfo) -> list[str]:
+    problems = []
+    if sha256_file(root / s.tokens) != s.sha256:
+        problems.append(f"{s.tokens}: sha256 mismatch (the token file was modified or damaged)")
+    if sha256_file(root / s.index) != s.index_sha256:
+        problems.append(f"{s.index}: sha256 mismatch (the document index was modified or damaged)")
+    return problems
+
+
+class _Boundaries:
+    """Checks a split's shards in order: ``<|endoftext|>`` exactly where documents end, documents that go
+    on across a shard boundary on both sides of it, and every id inside the vocabulary.
+
+    Attributes:
+        previous_ends: whether the shard before ended a document (None: unknown, it was damaged).
+    """
+
+    def __init__(self, tokenizer: dict[str, Any], dtype: np.dtype) -> None:
+        self.dtype = dtype
+        self.n_vocab = int(tokenizer.get("n_vocab", np.iinfo(dtype).max + 1))
+        self.eot = tokenizer.get("eot_token")
+        self.previous_ends: bool | None = True  # the stream starts at a document start
+
+    def problems(self, root: Path, s: ShardInfo, *, first: bool) -> list[str]:
+        idx = np.fromfile(root / s.index, dtype=INDEX_DTYPE)
+        toks = np.memmap(root / s.tokens, dtype=self.dtype, mode="r") if s.n_tokens else np.zeros(0, self.dtype)
+        if len(idx) and (idx[0] < 0 or np.any(np.diff(idx) < 1) or idx[-1] >= s.n_tokens):
+            self.previous_ends = None
+            return [f"{s.index}: document starts are not strictly increasing within the shard's {s.n_tokens} tokens"]
+        problems = self._eot_problems(s, idx, toks, first=first) if s.n_tokens and self.eot is not None else []
+        if s.n_tokens and int(toks.max()) >= self.n_vocab:
+            problems.append(f"{s.tokens}: token id {int(toks.max())} is outside the vocabulary (size {self.n_vocab})")
+        return problems
+
+    def _eot_problems(self, s: ShardInfo, idx: np.ndarray, toks: np.ndarray, *, first: bool) -> list[str]:
+        # <|endoftext|> ends every document and appears nowhere else (documents are encoded as ordinary
+        # text): it sits just before each listed start, and last if the shard ends a document.
+        problems = []
+        ends_document = bool(toks[-1] == self.eot)
+        expected = np.append(idx[idx > 0] - 1, [s.n_tokens - 1] if ends_document else [])
+        if not np.array_equal(np.flatnonzero(toks == self.eot), expected):
+            problems.append(
+                f"{s.tokens}: its <|endoftext|> tokens ({self.eot}) are not exactly where the index says documents end"
+            )
+        starts_document = bool(len(idx) and idx[0] == 0)
+        if self.previous_ends is not None and self.previous_ends != starts_document:
+            if starts_document:
+                why = "starts a document, but the shard before it ends inside one (is a shard missing?)"
+            elif first:
+                why = "is the split's first shard but begins inside a document (is a shard missing?)"
+            else:
+                why = "begins inside a document, but the shard before it ends with <|endoftext|> (is a shard missing?)"
+            problems.append(f"{s.tokens}: {why}")
+        self.previous_ends = ends_document
+        return problems
 
 
 def check_shards(root: str | os.PathLike) -> list[str]:

@@ -6,7 +6,7 @@ import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from tokembed._checks import check_positive_int, config_from_dict
+from tokembed._checks import check_int, check_number, check_positive_int, config_from_dict
 
 # Fields that may differ when a run is resumed (they do not change what has been computed so far).
 RESUMABLE_CHANGES = ("max_steps", "eval_interval", "eval_batches", "checkpoint_interval", "out")
@@ -67,10 +67,8 @@ class TrainConfig:
             check_positive_int(name, getattr(self, name))
         if self.stride is not None:
             check_positive_int("stride", self.stride)
-        if isinstance(self.warmup_steps, bool) or not isinstance(self.warmup_steps, int) or self.warmup_steps < 0:
-            raise ValueError(f"warmup_steps must be an integer >= 0, got {self.warmup_steps!r}")
-        if not (isinstance(self.lr, (int, float)) and self.lr > 0):
-            raise ValueError(f"lr must be > 0, got {self.lr!r}")
+        check_int("warmup_steps", self.warmup_steps, min=0, noun="an integer")
+        check_number("lr", self.lr, min=0.0, min_open=True, noun="")
         if not 0.0 <= self.min_lr_ratio <= 1.0:
             raise ValueError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio!r}")
         if self.weight_decay < 0 or self.grad_clip < 0:
@@ -81,8 +79,7 @@ class TrainConfig:
             raise ValueError(f"beta1 and beta2 must be in [0, 1), got {self.beta1!r} and {self.beta2!r}")
         if not 0.0 < self.val_fraction < 1.0:
             raise ValueError(f"val_fraction must be in (0, 1), got {self.val_fraction!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise ValueError(f"seed must be an integer >= 0, got {self.seed!r}")
+        check_int("seed", self.seed, min=0, noun="an integer")
 
     @property
     def window_stride(self) -> int:

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import torch
 
+from tokembed._checks import check_int
+
 __all__ = ["COUNTS_FILE", "MIN_COUNT", "TokenCounter", "check_min_count", "read_token_counts"]
 
 COUNTS_FILE = "token_counts.safetensors"
@@ -22,12 +24,10 @@ MIN_COUNT = 10
 
 
 def check_min_count(min_count) -> int:
-    """``min_count`` as an int >= 0, else a ValueError naming it."""
-    if isinstance(min_count, bool) or not isinstance(min_count, int) or min_count < 0:
-        raise ValueError(
-            f"min_count must be an integer >= 0 (tokens read fewer times are marked under-trained), got {min_count!r}"
-        )
-    return min_count
+    """``min_count`` as an int >= 0, else an error naming it."""
+    return check_int(
+        "min_count", min_count, min=0, noun="an integer", hint="tokens read fewer times are marked under-trained"
+    )
 
 
 class TokenCounter:

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from tokembed._checks import check_positive_int
+from tokembed.embeddings.names import positional_scheme
 from tokembed.embeddings.rotary import RotaryEmbedding
 from tokembed.model.gpt import GPT
 
@@ -127,7 +128,7 @@ def evaluate(
     source = data if data is not None else train_cfg.get("data")
     if source is None:
         raise ValueError("the checkpoint does not name its training data; pass data= (--data)")
-    if rope_scaling is not None and model.config.positional != "rope":
+    if rope_scaling is not None and positional_scheme(model.config.positional).acts != "rotate":
         raise ValueError(f"rope_scaling applies to rope models; this one uses {model.config.positional!r} positions")
     split = load_training_data(source, val_fraction=float(train_cfg.get("val_fraction", 0.1)))
     if split.val is None:

@@ -17,8 +17,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from tokembed._atomic import atomic_write
-from tokembed._checks import check_positive_int
-from tokembed.embeddings.registry import POSITIONAL_NAMES, positional_scheme
+from tokembed._checks import check_int, check_positive_int
+from tokembed.embeddings.names import POSITIONAL_NAMES, positional_scheme
 from tokembed.training.plots import plot_positions
 
 __all__ = ["PositionsExperiment", "QUICK", "format_table", "run_positions_experiment"]
@@ -72,7 +72,7 @@ class PositionsExperiment:
             raise ValueError(f"schemes has duplicates: {self.schemes}")
         for name in ("train_length", "steps", "batch_size", "dim", "n_layers", "n_heads"):
             check_positive_int(name, getattr(self, name))
-        if not self.multiples or any(isinstance(m, bool) or not isinstance(m, int) or m < 1 for m in self.multiples):
+        if not self.multiples or any(check_int("each of multiples", m) < 1 for m in self.multiples):
             raise ValueError(f"multiples must be integers >= 1, got {self.multiples}")
         for s in self.rope_scaling:
             if s not in ("linear", "ntk"):
@@ -154,7 +154,7 @@ def run_positions_experiment(config: PositionsExperiment, *, progress: bool = Tr
             "parameters": model.num_parameters(),
         }
         results[scheme] = evaluate((model, ckpt), lengths=config.lengths, max_tokens=config.eval_tokens)
-        if scheme == "rope":
+        if positional_scheme(scheme).acts == "rotate":  # evaluated also with each RoPE scaling
             for kind in config.rope_scaling:
                 results[ROPE_LABELS[kind]] = evaluate(
                     (model, ckpt), lengths=config.lengths, max_tokens=config.eval_tokens, rope_scaling=kind

