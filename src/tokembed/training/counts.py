@@ -43,7 +43,8 @@ class TokenCounter:
     def add(self, ids: torch.Tensor) -> None:
         """Count a batch of ids, any shape (the model has already checked their range)."""
         flat = ids.detach().reshape(-1).to("cpu", torch.int64)  # (B*T,)
-        self.counts += torch.bincount(flat, minlength=self.counts.shape[0])
+        # O(B*T): a bincount with minlength=V would write all V counts every step
+        self.counts.index_put_((flat,), torch.ones_like(flat), accumulate=True)
 
     def write(self, path: Path) -> None:
         """Write ``token_counts.safetensors`` at ``path`` (inside a checkpoint being saved)."""
