@@ -78,3 +78,5 @@ def test_training_logs_isotropy_at_every_checkpoint_and_inspect_prints_it(tmp_pa
     assert shown["history"] == history and shown["now"]["all"]["isoscore"] == pytest.approx(last["all"].isoscore)
     assert main(["inspect", str(out), "isotropy"]) == 0
     assert "over the run's checkpoints" in capsys.readouterr().out
+    assert main(["inspect", str(out), "plot", "isotropy", "-o", str(tmp_path / "iso.png")]) == 0
+    assert (tmp_path / "iso.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
