@@ -190,7 +190,7 @@ def test_checkpoint_written_by_tokembed_train_code(tmp_path):
     from tokembed.model.gpt import GPT
 
     model = GPT(GPTConfig(vocab_size=V, context_length=16, dim=8, n_layers=1, n_heads=2))
-    save_checkpoint(tmp_path / "ck", model)
+    save_checkpoint(tmp_path / "ck", model, plot=False)
     table = load_table(tmp_path / "ck")
     assert torch.equal(table.tokens, model.embed.token.weight.detach())
     assert torch.equal(table.positions, model.embed.position.weight.detach())

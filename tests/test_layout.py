@@ -43,16 +43,29 @@ def stage(module: str) -> int:
     return STAGES[top]
 
 
+def imported_from(node: ast.ImportFrom, path: Path) -> str:
+    """The absolute module of ``from X import ...``, relative forms (``from ..data import plan``) resolved."""
+    if not node.level:
+        return node.module or ""
+    package = module_name(path).split(".")
+    if path.name != "__init__.py":
+        package = package[:-1]
+    base = package[: len(package) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
 def imports(path: Path, modules: set[str]) -> set[str]:
     """The tokembed modules ``path`` imports (anywhere in it, functions included)."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names if a.name.split(".")[0] == "tokembed")
-        elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "tokembed":
-            # `from tokembed.shards import reader` imports the module tokembed.shards.reader
-            subs = {f"{node.module}.{a.name}" for a in node.names} & modules
-            found.update(subs or {node.module})
+        elif isinstance(node, ast.ImportFrom):
+            module = imported_from(node, path)
+            if module.split(".")[0] == "tokembed":
+                # `from tokembed.shards import reader` imports the module tokembed.shards.reader
+                subs = {f"{module}.{a.name}" for a in node.names} & modules
+                found.update(subs or {module})
     return found
 
 
@@ -99,8 +112,20 @@ def test_no_import_cycles():
     assert cycle is None, "import cycle: " + " -> ".join(str(MODULES[m].relative_to(SRC)) for m in cycle)
 
 
-def test_the_checker_finds_a_cycle_and_an_upward_import():
+def test_the_checker_finds_a_cycle_and_an_upward_import(tmp_path):
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    # relative imports resolve to the modules they name
+    check = SRC / "shards" / "check.py"
+    rel = ast.parse("from ..inspection import table\nfrom . import format\nfrom .reader import ShardSet")
+    assert [imported_from(n, check) for n in rel.body] == [
+        "tokembed.inspection",
+        "tokembed.shards",
+        "tokembed.shards.reader",
+    ]
+    fake = tmp_path / "x.py"
+    fake.write_text("from ..inspection import table\n")
+    fake_in_src = SRC / "shards" / fake.name  # resolved as if it sat in shards/
+    assert {f"{imported_from(n, fake_in_src)}.table" for n in ast.parse(fake.read_text()).body} & set(MODULES)
     assert find_cycle({"a": {"b"}, "b": set()}) is None
     assert stage("tokembed.shards.prepare") < stage("tokembed.data.loader") < stage("tokembed.inspection.report")
 

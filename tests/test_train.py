@@ -191,6 +191,25 @@ def test_init_embeddings_from_a_gpt2_file(tmp_path):
         )
 
 
+def test_resume_does_not_read_the_init_embeddings_again(tmp_path):
+    # The checkpoint holds the embeddings; the GPT-2 file that started them may be gone by now.
+    weights = tmp_path / "model.safetensors"
+    save_file({"wte.weight": torch.randn(50257, 16), "wpe.weight": torch.randn(1024, 16)}, str(weights))
+    config = cfg(tmp_path, max_steps=4, checkpoint_interval=2, init_embeddings=str(weights))
+    train(config, TINY, stop_at=2, progress=False)
+    weights.unlink()
+    assert train(config, resume=True, progress=False).step == 4
+
+
+def test_numpy_scalars_are_stored_as_plain_numbers(tmp_path):
+    # config.json must be writable: a numpy scalar accepted by the checks is stored as int/float.
+    import numpy as np
+
+    config = cfg(tmp_path, seed=np.int64(3), warmup_steps=np.int64(1), lr=np.float32(1e-3), max_steps=np.int64(2))
+    assert [type(getattr(config, k)) for k in ("seed", "warmup_steps", "lr", "max_steps")] == [int, int, float, int]
+    assert train(config, TINY, progress=False).step == 2
+
+
 @pytest.mark.slow
 def test_a_tiny_model_learns_the_story(tmp_path):
     # The default tiny model (dim 64, 2 layers), 30 steps of 8 x 32 tokens: far under ln(50257) = 10.8.

@@ -177,7 +177,7 @@ def _figure(args, table):
     log = _log(args.source)
     if args.kind == "isotropy":
         return plot.plot_isotropy(log.get("isotropy") or [])
-    from tokembed.training.plots import plot_loss
+    from tokembed._plot import plot_loss
 
     return plot_loss(log)
 

@@ -95,7 +95,7 @@ def training(given) -> str:
     log = _read_log(given)
     if log is None:
         return ""
-    from tokembed.training.plots import plot_loss
+    from tokembed._plot import plot_loss
 
     try:
         return "<h2>Training</h2>" + _img(plot_loss(log), "Training and validation loss against the step")

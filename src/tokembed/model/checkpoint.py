@@ -6,7 +6,7 @@
     CKPT/optimizer.pt         AdamW state (torch.save)
     CKPT/state.json           loader state, RNG state, step: what exact resume needs
     CKPT/log.json             {"train": [{"step", "tokens", "loss", "lr", "tokens_per_s"}, ...], "val": [{"step", "loss"}, ...]}
-    CKPT/loss.png             the loss curves (written by the training loop when matplotlib is installed)
+    CKPT/loss.png             the loss curves (when matplotlib is installed)
     CKPT/token_counts.safetensors  (V,) how many times training read each id (``tokembed.training.counts``)
 
 Saving writes everything into ``CKPT.tmp-XXXX/`` beside ``CKPT``, fsyncs each file, then swaps the
@@ -29,6 +29,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from tokembed._atomic import fsync_dir
+from tokembed._plot import write_loss_png
 from tokembed.model.config import GPTConfig
 from tokembed.model.gpt import GPT
 
@@ -70,6 +71,7 @@ def save_checkpoint(
     optimizer: torch.optim.Optimizer | None = None,
     state: dict | None = None,
     log: dict | None = None,
+    plot: bool = True,
     extra_files: Mapping[str, Callable[[Path], object]] | None = None,
 ) -> Path:
     """Write a checkpoint directory atomically (see the module docstring) and return its path.
@@ -81,9 +83,9 @@ def save_checkpoint(
         step, tokens_seen: progress so far.
         optimizer: its ``state_dict()`` goes to ``optimizer.pt``.
         state: JSON-serialisable resume state (loader, RNG, ...) for ``state.json``.
-        log: the training log for ``log.json``.
-        extra_files: file name -> a function that writes that file at the path it is given (the training
-            loop's ``loss.png``); each is written inside the new checkpoint before it replaces the old one.
+        log: the training log for ``log.json`` (and ``loss.png`` when ``plot`` and matplotlib is installed).
+        plot: draw ``loss.png`` from ``log``.
+        extra_files: file name -> a function that writes that file at the path it is given; each is written inside the new checkpoint before it replaces the old one.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -92,6 +94,8 @@ def save_checkpoint(
         _write_contents(
             tmp, model, train=train, step=step, tokens_seen=tokens_seen, optimizer=optimizer, state=state, log=log
         )
+        if log is not None and plot:
+            write_loss_png(log, tmp / "loss.png")
         for name, write in (extra_files or {}).items():
             write(tmp / name)
         fsync_dir(tmp)

@@ -80,7 +80,7 @@ class GPTConfig:
             raise ValueError(f"{scheme.name} positions need an even dim, got {self.dim}")
         if self.rope_scaling is not None and self.rope_scaling not in ROPE_SCALINGS:
             raise ValueError(f"rope_scaling must be None, 'linear' or 'ntk', got {self.rope_scaling!r}")
-        check_number("rope_factor", self.rope_factor, min=1.0, noun="")
+        object.__setattr__(self, "rope_factor", check_number("rope_factor", self.rope_factor, min=1.0, noun=""))
         if (
             not isinstance(self.tie_embeddings, bool)
             or not isinstance(self.bias, bool)
@@ -89,7 +89,7 @@ class GPTConfig:
             raise TypeError(
                 f"tie_embeddings, bias and document_mask must be True or False, got {self.tie_embeddings!r}, {self.bias!r} and {self.document_mask!r}"
             )
-        check_int("eot_token", self.eot_token)
+        object.__setattr__(self, "eot_token", check_int("eot_token", self.eot_token))
         if self.document_mask and not 0 <= self.eot_token < self.vocab_size:
             raise ValueError(
                 f"eot_token {self.eot_token} is outside the vocabulary (size {self.vocab_size}); document_mask needs the id that ends documents"

@@ -161,10 +161,15 @@ def prepare_corpus(
     """
     t0 = time.perf_counter()
     config = _resolve_config(config, options)
-    _check_run_options(engine=engine, workers=workers, rank=rank, world_size=world_size, overwrite=overwrite)
+    _check_run_options(engine=engine, workers=workers, rank=rank, world_size=world_size)
     out = Path(out)
     files = resolve_inputs(inputs, format=config.format)
     tok, dtype = tokenizer_entry(config.tokenizer)
+    if overwrite and world_size > 1:
+        raise ValueError(
+            "--overwrite cannot be combined with --world-size > 1 (one rank would delete the others' work); "
+            "empty the folder once before starting the ranks"
+        )
     identity = run_identity(config, files, tok, dtype)
     if prepare_folder(out, identity, overwrite=overwrite, rank=rank, world_size=world_size):
         return _already_done(out, rank, world_size, t0)
@@ -194,18 +199,13 @@ def _resolve_config(config: PrepareConfig | None, options: dict[str, Any]) -> Pr
     return config
 
 
-def _check_run_options(*, engine: str, workers: int, rank: int, world_size: int, overwrite: bool) -> None:
+def _check_run_options(*, engine: str, workers: int, rank: int, world_size: int) -> None:
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
     check_int("workers", workers, min=0, noun="an integer", hint="0 = all cores")
-    check_int("world_size", world_size, min=1)
+    check_int("world_size", world_size, min=1, noun="an integer")
     if not 0 <= check_int("rank", rank) < world_size:
         raise ValueError(f"rank must be in [0, {world_size}) for world_size {world_size}, got {rank!r}")
-    if overwrite and world_size > 1:
-        raise ValueError(
-            "--overwrite cannot be combined with --world-size > 1 (one rank would delete the others' work); "
-            "empty the folder once before starting the ranks"
-        )
 
 
 def _already_done(out: Path, rank: int, world_size: int, t0: float) -> PrepareResult:
@@ -289,7 +289,7 @@ class _Run:
 
     def _skip(self, unit: Unit) -> None:
         self.result.units_skipped += 1
-        self.progress.advance(unit.disk_bytes)
+        self.progress.skipped(unit.disk_bytes)
 
     def _finish_one(self) -> None:
         fut, uid = self.engine.wait_one(self.pending)
@@ -309,7 +309,7 @@ class _Run:
         trim_heap()
         self.result.units_done += 1
         self.result.tokens_done += n_tok
-        self.progress.advance(self.disk_bytes.pop(uid), documents=n_docs, tokens=n_tok)
+        self.progress.finished(self.disk_bytes.pop(uid), documents=n_docs, tokens=n_tok)
 
 
 def merge_manifests(root: str | os.PathLike) -> dict[str, Any]:

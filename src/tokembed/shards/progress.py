@@ -50,14 +50,17 @@ class Progress:
             tqdm.monitor_interval = old
         return cls(bar)
 
-    def advance(self, n_bytes: int, *, documents: int = 0, tokens: int = 0) -> None:
-        """Count ``n_bytes`` of input as done (tokenized now, or skipped), with what they gave."""
+    def skipped(self, n_bytes: int) -> None:
+        """Count ``n_bytes`` of input as done without tokenizing (finished earlier, or another rank's)."""
+        if self.bar is not None:
+            self.bar.update(n_bytes)
+
+    def finished(self, n_bytes: int, *, documents: int, tokens: int) -> None:
+        """Count a unit tokenized by this run: ``n_bytes`` of input that gave ``documents`` and ``tokens``."""
         self.documents += documents
         self.tokens += tokens
-        if self.bar is None:
-            return
-        self.bar.update(n_bytes)
-        if tokens:
+        if self.bar is not None:
+            self.bar.update(n_bytes)
             rate = self.tokens / max(1e-9, time.perf_counter() - self.started)
             self.bar.set_postfix_str(f"{self.documents:,} docs, {rate:,.0f} tok/s", refresh=False)
 

@@ -57,18 +57,18 @@ class TrainConfig:
     init_embeddings: str | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(
-            self, "data", str(Path(self.data).resolve())
-        )  # absolute: eval and resume work from any folder
+        absolute = str(Path(self.data).resolve())  # eval and resume work from any folder
+        object.__setattr__(self, "data", absolute)
         object.__setattr__(self, "out", str(self.out))
         if self.init_embeddings is not None:
             object.__setattr__(self, "init_embeddings", str(self.init_embeddings))
+        # Checked values are stored as plain int/float: a numpy scalar would not survive config.json.
         for name in ("max_length", "batch_size", "max_steps", "eval_interval", "eval_batches", "checkpoint_interval"):
-            check_positive_int(name, getattr(self, name))
+            object.__setattr__(self, name, check_positive_int(name, getattr(self, name)))
         if self.stride is not None:
-            check_positive_int("stride", self.stride)
-        check_int("warmup_steps", self.warmup_steps, min=0, noun="an integer")
-        check_number("lr", self.lr, min=0.0, min_open=True, noun="")
+            object.__setattr__(self, "stride", check_positive_int("stride", self.stride))
+        object.__setattr__(self, "warmup_steps", check_int("warmup_steps", self.warmup_steps, min=0, noun="an integer"))
+        object.__setattr__(self, "lr", check_number("lr", self.lr, min=0.0, min_open=True, noun=""))
         if not 0.0 <= self.min_lr_ratio <= 1.0:
             raise ValueError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio!r}")
         if self.weight_decay < 0 or self.grad_clip < 0:
@@ -79,7 +79,7 @@ class TrainConfig:
             raise ValueError(f"beta1 and beta2 must be in [0, 1), got {self.beta1!r} and {self.beta2!r}")
         if not 0.0 < self.val_fraction < 1.0:
             raise ValueError(f"val_fraction must be in (0, 1), got {self.val_fraction!r}")
-        check_int("seed", self.seed, min=0, noun="an integer")
+        object.__setattr__(self, "seed", check_int("seed", self.seed, min=0, noun="an integer"))
 
     @property
     def window_stride(self) -> int:

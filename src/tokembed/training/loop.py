@@ -31,7 +31,6 @@ from tokembed.training.config import RESUMABLE_CHANGES, TrainConfig, lr_at
 from tokembed.training.counts import COUNTS_FILE, MIN_COUNT, TokenCounter
 from tokembed.training.data import TrainingData, load_training_data
 from tokembed.training.evaluation import evaluate_tokens
-from tokembed.training.plots import write_loss_png
 from tokembed.training.state import TrainState
 
 __all__ = ["TrainResult", "train"]
@@ -78,7 +77,7 @@ def train(
         check_positive_int("stop_at", stop_at)
     max_val_tokens = config.eval_batches * config.batch_size * config.max_length + 1
     data = load_training_data(config.data, val_fraction=config.val_fraction, max_val_tokens=max_val_tokens)
-    run = _Run(config, model_config, data)
+    run = _Run(config, model_config, data, new=saved is None)
     if saved is not None:
         run.state.restore(out, run.model, run.optimizer, run.loader)
         run.restore_counts(out, progress=progress)
@@ -130,11 +129,11 @@ def _model_config(saved: dict | None, given: GPTConfig | None, config: TrainConf
 class _Run:
     """One training run in memory: the model, its optimizer, the loader, and the resumable `TrainState`."""
 
-    def __init__(self, config: TrainConfig, model_config: GPTConfig, data: TrainingData) -> None:
+    def __init__(self, config: TrainConfig, model_config: GPTConfig, data: TrainingData, *, new: bool) -> None:
         self.config, self.data = config, data
         torch.manual_seed(config.seed)  # weights first, then the loader: the order resume relies on
         self.model = GPT(model_config)
-        if config.init_embeddings:
+        if config.init_embeddings and new:  # a resumed run takes its embeddings from the checkpoint
             _init_from_gpt2(self.model, config.init_embeddings)
         self.optimizer = _optimizer(self.model, config)
         self.loader = create_dataloader(
@@ -256,7 +255,7 @@ class _Run:
     def checkpoint(self) -> None:
         s = self.state
         log = s.log
-        extra = {"loss.png": lambda path: write_loss_png(log, path)}
+        extra = {}
         if self.counter is not None:
             extra[COUNTS_FILE] = self.counter.write
         _log_isotropy(log, s.step, self.model, self.counter)

@@ -1,48 +1,15 @@
-"""Pictures of training runs: the loss curve of a run, and the positions experiment's loss against length."""
+"""The positions experiment's picture: loss against evaluation length (the loss curve is `tokembed._plot.plot_loss`)."""
 
 from __future__ import annotations
 
 import math
-import os
 import warnings
 from collections.abc import Collection
 from pathlib import Path
 
 from tokembed._plot import new_figure, save_figure
 
-__all__ = ["plot_loss", "plot_positions", "write_loss_png"]
-
-
-def plot_loss(log: dict):
-    """The training (and validation) loss against the step, from a checkpoint's ``log.json``."""
-    train = log.get("train") or []
-    val = log.get("val") or []
-    if not train and not val:
-        raise ValueError("the training log holds no loss values; train for at least one logged step")
-    fig = new_figure(7, 4)
-    ax = fig.add_subplot()
-    if train:
-        ax.plot([r["step"] for r in train], [r["loss"] for r in train], label="train", lw=1)
-    if val:
-        ax.plot([r["step"] for r in val], [r["loss"] for r in val], "o-", label="validation", ms=3)
-    ax.set_xlabel("step")
-    ax.set_ylabel("cross-entropy loss")
-    ax.set_title("Training loss")
-    ax.legend(loc="best")
-    return fig
-
-
-def write_loss_png(log: dict, path: str | os.PathLike) -> bool:
-    """Draw training (and validation) loss against step into a PNG; False (with a warning) without matplotlib."""
-    try:
-        fig = plot_loss(log)
-    except ModuleNotFoundError:
-        warnings.warn("matplotlib is not installed: no loss.png (pip install 'tokembed[plot]')", stacklevel=2)
-        return False
-    except ValueError:  # nothing logged yet
-        return False
-    save_figure(fig, path, overwrite=True)
-    return True
+__all__ = ["plot_positions"]
 
 
 def plot_positions(doc: dict, path: Path, *, dashed: Collection[str] = ()) -> bool:
