@@ -74,3 +74,26 @@ def test_every_public_name_resolves_to_what_it_names():
     )
     assert out.returncode == 0, out.stderr
     assert "modules [] True True" in out.stdout
+
+
+def test_every_tokenizer_and_the_fast_path_build_with_no_connection(tmp_path):
+    # A tokenizer.json built from GPT-2's files, and each named tokenizer with prepare's fast encoder.
+    out = _run(
+        f"""
+        import tokembed
+        from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+        from tokembed.tokenizer import gpt2_files
+        from tokembed.tokenizer.fast import TokenEncoder
+        vocab_bpe, encoder_json = gpt2_files()
+        hf = Tokenizer(models.BPE.from_file(str(encoder_json), str(vocab_bpe)))
+        hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        hf.save({str(tmp_path / "tokenizer.json")!r})
+        names = tokembed.available_tokenizers() + [{str(tmp_path)!r}]
+        for name in names:
+            enc = tokembed.get_tokenizer(name, eot="<|endoftext|>" if name == {str(tmp_path)!r} else None)
+            TokenEncoder(enc).encode_ordinary("hello world")
+        print("built", len(names), "attempts", len(attempts))
+        """
+    )
+    assert out.returncode == 0, out.stderr
+    assert "built 7 attempts 0" in out.stdout

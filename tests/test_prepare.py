@@ -521,7 +521,9 @@ def test_cli_quiet_prints_nothing(tmp_path, capsys):
 )
 def test_fast_encoder_path_equals_encode_ordinary(text):
     # prepare encodes with encode_to_numpy (no Python list); it must be exactly encode_ordinary.
-    assert units._encode_ordinary(ENC, text).tolist() == ENC.encode_ordinary(text)
+    from tokembed.tokenizer.fast import TokenEncoder
+
+    assert TokenEncoder(ENC, backend="tiktoken").encode_ordinary(text).tolist() == ENC.encode_ordinary(text)
 
 
 def test_truncated_gzip_and_missing_ray_are_clear_errors(tmp_path, monkeypatch):

@@ -301,3 +301,39 @@ def test_tokenizing_units_in_small_parts_changes_no_byte(tmp_path, story, spec_t
             return h < val * 2.0**64
 
         assert decoded(tmp_path / "whole", "val") == [d for d in docs if expected_val(d)]
+
+
+# cl100k_base and o200k_base glue "\r\n" to the punctuation before them: they cut before spaces and tabs only.
+@settings(max_examples=200)
+@given(st.lists(ALPHABET, min_size=1, max_size=80).map("".join))
+def test_every_space_cut_keeps_the_tokens_of_the_whole_for_cl100k_and_o200k(text):
+    from tokembed.shards.sources import CUTS
+    from tokembed.tokenizer import document_cut
+
+    data = text.encode("utf-8")
+    for name in ("cl100k_base", "o200k_base"):
+        enc = get_tokenizer(name)
+        cut_at = CUTS[document_cut(enc)]
+        whole = enc.encode_ordinary(text)
+        i = cut_at(data, 1)
+        while i >= 0:
+            left, right = data[:i].decode("utf-8"), data[i:].decode("utf-8")
+            assert enc.encode_ordinary(left) + enc.encode_ordinary(right) == whole, (name, text, i)
+            i = cut_at(data, i + 1)
+
+
+def test_gpt2s_cut_rule_would_change_o200k_ids():
+    # Why the rule depends on the tokenizer: "x.\n" is one o200k pre-token, so a cut before "\n" is wrong.
+    enc = get_tokenizer("o200k_base")
+    assert safe_cut(b"x.\ny", 1) == 2
+    assert enc.encode_ordinary("x.") + enc.encode_ordinary("\ny") != enc.encode_ordinary("x.\ny")
+
+
+def test_a_large_o200k_document_cut_into_pieces_keeps_its_ids(tmp_path, story, spec_texts):
+    enc = get_tokenizer("o200k_base")
+    text = big_text(story, spec_texts, 3)
+    (tmp_path / "big.txt").write_text(text, encoding="utf-8")
+    r = prepare_corpus([tmp_path / "big.txt"], tmp_path / "o", tokenizer="o200k_base", shard_mb=0.02, workers=1)
+    shards = open_shards(tmp_path / "o")
+    assert r.manifest["dtype"] == "uint32" and len(shards.shards) > 3  # cut into many pieces
+    assert shards.read(0, shards.n_tokens).tolist() == enc.encode_ordinary(text) + [enc.eot_token]

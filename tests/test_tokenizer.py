@@ -118,9 +118,12 @@ def test_user_cache_setting_is_restored(monkeypatch, tmp_path):
 
 
 def test_unknown_name_lists_what_is_available():
-    with pytest.raises(ValueError, match=r"tokenizer 'gpt5_base' is not available offline; available: gpt2, bytes"):
+    with pytest.raises(
+        ValueError,
+        match=r"tokenizer 'gpt5_base' is not available offline; available: gpt2, r50k_base, .*bytes, or the path",
+    ):
         tokembed.get_tokenizer("gpt5_base")
-    assert tokembed.available_tokenizers() == ["gpt2", "bytes"]
+    assert tokembed.available_tokenizers() == ["gpt2", "r50k_base", "p50k_base", "cl100k_base", "o200k_base", "bytes"]
 
 
 def test_missing_package_says_what_to_install(monkeypatch):

@@ -52,6 +52,10 @@ def test_known_unused_ids_are_the_bytes_utf8_never_holds():
     expected = [encoder[gpt2_byte_spelling(bytes([b]))] for b in NEVER_IN_UTF8]
     assert known_unused_ids(_gpt2(), V) == expected == [124, 125, *range(177, 188)]
     assert known_unused_ids(None, V) == []
+    from tokembed import get_tokenizer
+
+    raw = get_tokenizer("bytes")  # no encode_single_token: found by decoding each row; id = byte value there
+    assert known_unused_ids(raw, raw.n_vocab) == NEVER_IN_UTF8
 
 
 def test_undertrained_list_is_the_rows_never_read_and_the_indicator_ranks_them_first(planted):

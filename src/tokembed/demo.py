@@ -6,7 +6,7 @@ import torch
 
 from tokembed.data.book import create_dataloader_v1
 from tokembed.embeddings import InputEmbedding, TokenEmbedding
-from tokembed.tokenizer import ENDOFTEXT, get_tokenizer, gpt2_files
+from tokembed.tokenizer import ENDOFTEXT, get_tokenizer, gpt2_files, tokenizer_identity
 
 __all__ = ["chapter_walk", "default_corpus"]
 
@@ -27,6 +27,23 @@ def _rounded(t: torch.Tensor, digits: int = 4) -> list:
     return torch.round(t.detach().double(), decimals=digits).tolist()
 
 
+def _tokenizer_facts(enc) -> dict:
+    ident = tokenizer_identity(enc)
+    if ident.source == "gpt2":
+        vocab_bpe, encoder_json = gpt2_files()
+        files = {"vocab.bpe": str(vocab_bpe), "encoder.json": str(encoder_json)}
+    else:
+        files = {name: ident.source for name, _ in ident.files}
+    eot = enc.decode_single_token_bytes(enc.eot_token).decode("utf-8", "replace")
+    return {
+        "name": enc.name,
+        "n_vocab": enc.n_vocab,
+        "endoftext": {"token": eot, "id": enc.eot_token},
+        "files": files,
+        "offline": True,
+    }
+
+
 def chapter_walk(
     text: str | None = None,
     *,
@@ -36,6 +53,7 @@ def chapter_walk(
     stride: int | None = None,
     dim: int = 256,
     seed: int = 123,
+    tokenizer="gpt2",
 ) -> dict:
     """Run the chapter's example and return every fact it prints, as plain data.
 
@@ -45,12 +63,12 @@ def chapter_walk(
         batch_size, max_length, stride: the loader's settings (stride defaults to max_length, as in the chapter).
         dim: the embedding width (the chapter's 256).
         seed: the seed of the chapter's small table (123).
+        tokenizer: the chapter's ``"gpt2"``, or any name or file `tokembed.get_tokenizer` takes.
     """
     if text is None:
         source, text = default_corpus()
     stride = max_length if stride is None else stride
-    enc = get_tokenizer("gpt2")
-    vocab_bpe, encoder_json = gpt2_files()
+    enc = get_tokenizer(tokenizer)
     n_tokens = len(enc.encode(text, allowed_special={ENDOFTEXT})) if isinstance(text, str) else 0
 
     # The seed-123 table of 6 tokens x 3 dimensions and the lookup of token 3.
@@ -59,7 +77,9 @@ def chapter_walk(
     lookup = table(torch.tensor([3]))  # (1,3)
 
     # The first batch of the loader, shuffle=False as in the chapter.
-    loader = create_dataloader_v1(text, batch_size=batch_size, max_length=max_length, stride=stride, shuffle=False)
+    loader = create_dataloader_v1(
+        text, batch_size=batch_size, max_length=max_length, stride=stride, shuffle=False, tokenizer=enc
+    )
     inputs, targets = next(iter(loader))  # (B,T), (B,T)
 
     # Token + absolute positional embeddings: (B,T,D) + (T,D) -> (B,T,D).
@@ -70,13 +90,7 @@ def chapter_walk(
 
     tok, pos = torch.tensor([0.5, -0.2, 0.1]), torch.tensor([0.1, 0.3, -0.1])
     return {
-        "tokenizer": {
-            "name": enc.name,
-            "n_vocab": enc.n_vocab,
-            "endoftext": {"token": ENDOFTEXT, "id": enc.eot_token},
-            "files": {"vocab.bpe": str(vocab_bpe), "encoder.json": str(encoder_json)},
-            "offline": True,
-        },
+        "tokenizer": _tokenizer_facts(enc),
         "text": {"source": source or "text", "characters": len(text), "tokens": n_tokens},
         "loader": {
             "batch_size": batch_size,

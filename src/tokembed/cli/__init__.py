@@ -23,6 +23,7 @@ COMMAND_MODULES = [
     "tokembed.cli.demo",
     "tokembed.cli.inspect",
     "tokembed.cli.prepare",
+    "tokembed.cli.tokenizers",
     "tokembed.cli.train",
 ]
 
@@ -33,7 +34,7 @@ USER_ERRORS = (ValueError, TypeError, OSError, ImportError)
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="tokembed", description="Text -> GPT-2 tokens -> windows -> batches -> embeddings."
+        prog="tokembed", description="Text -> BPE tokens -> windows -> batches -> embeddings."
     )
     from tokembed import __version__
 

@@ -22,6 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-length", type=int, default=4)
     p.add_argument("--stride", type=int, default=None, help="default: max-length")
     p.add_argument("--dim", type=int, default=256, help="embedding width (the chapter's 256)")
+    p.add_argument("--tokenizer", default="gpt2", help="the chapter's gpt2, or any `tokembed tokenizers` lists")
     p.add_argument("--json", action="store_true", help="print the facts as JSON")
     p.set_defaults(func=run)
 
@@ -45,6 +46,7 @@ def run(args: argparse.Namespace) -> int:
         max_length=args.max_length,
         stride=args.stride,
         dim=args.dim,
+        tokenizer=args.tokenizer,
     )
     print(json.dumps(facts, indent=2) if args.json else format_facts(facts))
     return 0
@@ -61,7 +63,7 @@ def format_facts(f: dict) -> str:
     lines = [
         "1. Tokenizer",
         f"   {t['name']} BPE, {t['n_vocab']:,} ids, {t['endoftext']['token']} = {t['endoftext']['id']}, built offline from",
-        f"   {t['files']['vocab.bpe']}",
+        f"   {next(iter(t['files'].values()), 'built in')}",
         "",
         "2. Text",
         f"   {tx['source']}: {tx['characters']:,} characters -> {tx['tokens']:,} tokens",

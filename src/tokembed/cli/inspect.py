@@ -304,7 +304,7 @@ def _parents():
     common.add_argument(
         "--tokenizer",
         default="gpt2",
-        help="tokenizer of tables that do not name one (.npy, GPT-2 weights): gpt2 (default) or none (ids only)",
+        help="tokenizer of tables that do not name one (.npy, GPT-2 weights): gpt2 (default), any `tokembed tokenizers` lists, a tokenizer file, or none (ids only)",
     )
     common.add_argument("--json", action="store_true", help="print JSON instead of a table")
     common.add_argument("--corpus", help="count tokens in this text / folder / shard folder instead. " + COUNTS_HELP)

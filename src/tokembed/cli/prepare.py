@@ -39,7 +39,7 @@ def _add_prepare(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--shard-mb", type=float, default=8.0, help="MB of input per shard/work unit (default: 8; bounds memory)"
     )
-    p.add_argument("--tokenizer", default="gpt2")
+    _tokenizer_args(p)
     p.add_argument("--strict", action="store_true", help="fail on invalid UTF-8 instead of replacing it")
     p.add_argument(
         "--skip-bad-lines", action="store_true", help="skip (and count) JSON lines that are invalid or lack --field"
@@ -91,12 +91,33 @@ def _add_folder_commands(sub: argparse._SubParsersAction) -> None:
     m.set_defaults(func=run_merge)
 
 
+def _tokenizer_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--tokenizer",
+        default="gpt2",
+        help="gpt2 (default), r50k_base, p50k_base, cl100k_base, o200k_base, bytes, a tokenizer.json or a .tiktoken "
+        "file (`tokembed tokenizers` lists them)",
+    )
+    p.add_argument("--pattern", help="split regex of a .tiktoken file, or the encoding whose pattern it uses")
+    p.add_argument("--eot", help="end-of-text token of a tokenizer.json that has none of the usual ones")
+    p.add_argument(
+        "--tokenize-backend",
+        choices=["auto", "tiktoken", "gigatoken"],
+        default="auto",
+        help="auto: gigatoken when installed (pip install 'tokembed[fast]') and exact for the tokenizer; "
+        "the shards are identical either way",
+    )
+
+
 def run_prepare(args: argparse.Namespace) -> int:
     from tokembed.shards.config import PrepareConfig
     from tokembed.shards.prepare import prepare_corpus
 
     config = PrepareConfig(
         tokenizer=args.tokenizer,
+        pattern=args.pattern,
+        eot=args.eot,
+        backend=args.tokenize_backend,
         field=args.field,
         format=args.format,
         val_fraction=args.val_fraction,

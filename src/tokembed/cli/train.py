@@ -45,6 +45,10 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
         "--out", required=True, type=Path, help="checkpoint directory (written atomically; --resume continues it)"
     )
     p.add_argument("--resume", action="store_true", help="continue the checkpoint in --out exactly where it stopped")
+    p.add_argument(
+        "--tokenizer",
+        help="tokenizer of a text file (default gpt2; `tokembed tokenizers` lists them); a shard folder uses its manifest's",
+    )
     _add_model_options(p.add_argument_group("model (ignored with --resume: taken from the checkpoint)"))
     _add_training_options(
         p.add_argument_group("training (default: the checkpoint's values with --resume, else TrainConfig's)")
@@ -141,6 +145,7 @@ def _add_experiment(sub: argparse._SubParsersAction) -> None:
         description="Train the same small GPT once per positional scheme and evaluate it at 1x..8x the training length.",
     )
     pos.add_argument("data", help="shard folder or text file")
+    pos.add_argument("--tokenizer", help="tokenizer of a text file (default gpt2); a shard folder uses its manifest's")
     pos.add_argument("--out", type=Path, required=True, help="folder for positions.md/.json/.png and the checkpoints")
     pos.add_argument(
         "--schemes",
@@ -170,6 +175,7 @@ def run_train(args: argparse.Namespace) -> int:
     from tokembed.model.checkpoint import read_checkpoint_config
     from tokembed.model.config import GPTConfig
     from tokembed.training.config import TrainConfig
+    from tokembed.training.data import data_tokenizer
     from tokembed.training.loop import train
 
     train_fields = [f.name for f in fields(TrainConfig) if f.name not in ("data", "out")]
@@ -199,8 +205,13 @@ def run_train(args: argparse.Namespace) -> int:
             "document_mask",
         )
         model_args = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
+        tok = data_tokenizer(config.data, tokenizer=config.tokenizer)  # the vocabulary comes from the data
         model_config = GPTConfig(
-            context_length=args.context_length or config.max_length, tie_embeddings=not args.no_tie, **model_args
+            context_length=args.context_length or config.max_length,
+            tie_embeddings=not args.no_tie,
+            vocab_size=tok.n_vocab,
+            eot_token=tok.eot_token,
+            **model_args,
         )
     result = train(config, model_config, resume=args.resume, progress=_show_progress(args))
     val = f", validation loss {result.val_loss:.4f}" if result.val_loss is not None else ""
@@ -257,6 +268,7 @@ def run_experiment(args: argparse.Namespace) -> int:
             "n_heads",
             "seed",
             "eval_tokens",
+            "tokenizer",
         )
         if getattr(args, k) is not None
     }

@@ -72,14 +72,17 @@ def create_dataloader_v1(
     shuffle: bool = True,
     drop_last: bool = True,
     num_workers: int = 0,
+    *,
+    tokenizer="gpt2",
 ) -> DataLoader:
     """The book's ``create_dataloader_v1``: the same batches in the same order under the same seed.
 
     Returns a ``torch.utils.data.DataLoader`` over :class:`GPTDatasetV1` with GPT-2's tokenizer
-    (offline); it yields ``[inputs, targets]``, two int64 tensors of shape (batch_size, max_length).
+    (offline; or ``tokenizer``, any name or object `tokembed.get_tokenizer` takes); it yields
+    ``[inputs, targets]``, two int64 tensors of shape (batch_size, max_length).
     """
     check_positive_int("batch_size", batch_size)
-    tokenizer = get_tokenizer("gpt2")
+    tokenizer = get_tokenizer(tokenizer)
     dataset = GPTDatasetV1(txt, tokenizer, max_length, stride)
     if drop_last and len(dataset) < batch_size:
         raise ValueError(

@@ -23,6 +23,7 @@ from tokembed.data.plan import window_count
 from tokembed.shards import format as shard_format
 from tokembed.shards import reader as shard_reader
 from tokembed.tokenizer import ENDOFTEXT, get_tokenizer
+from tokembed.tokenizer.gpt2 import GPT2_EOT
 
 __all__ = ["SlidingWindowDataset", "check_window_args", "encode_text"]
 
@@ -94,7 +95,7 @@ def _collate_windows(batch):
 
 # ------------------------------------------------------------------------------------------ scalable windows
 
-GPT2_EOT = 50256  # GPT-2's <|endoftext|> id: the document separator in token arrays without an index
+# GPT2_EOT (from the gpt2 definition): the document separator in token arrays without an index or tokenizer.
 
 
 class SlidingWindowDataset(Dataset):
@@ -121,7 +122,7 @@ class SlidingWindowDataset(Dataset):
             index; in arrays and texts a document ends after each ``eot_token``.
         split: the split of a shard folder (``"train"`` or ``"val"``).
         verify: check the shards' sha256 sums when opening (reads the whole split once).
-        eot_token: the separator id for arrays/texts with ``within_documents`` (default GPT-2's 50256,
+        eot_token: the separator id for arrays/texts with ``within_documents`` (default GPT-2's ``GPT2_EOT``,
             or the tokenizer's for a text).
         tokenizer: the tokenizer for a text source (default GPT-2's).
 

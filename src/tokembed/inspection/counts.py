@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from tokembed.inspection.table import EmbeddingTable, resolve_tokenizer
+from tokembed.tokenizer.base import special_tokens
 
 __all__ = ["table_with_counts", "token_counts"]
 
@@ -48,7 +49,7 @@ def token_counts(corpus: str | Path, *, tokenizer="gpt2", vocab_size: int | None
         from tokembed.shards.counts import manifest_token_counts
         from tokembed.shards.reader import open_shards
 
-        shards = open_shards(path, split="train")
+        shards = open_shards(path, split="train", tokenizer=enc)  # ids of another tokenizer would be noise
         recorded = manifest_token_counts(shards.manifest, "train", V)
         if recorded is not None:  # counted by prepare: no need to read the shards again
             return torch.from_numpy(recorded)
@@ -73,6 +74,6 @@ def token_counts(corpus: str | Path, *, tokenizer="gpt2", vocab_size: int | None
             text = f.read_text(encoding="utf-8")
         except UnicodeDecodeError as e:
             raise ValueError(f"corpus file {f} is not UTF-8 text ({e}); pass the text the table was trained on") from e
-        ids = torch.tensor(enc.encode(text, allowed_special=set(enc._special_tokens)), dtype=torch.int64)
+        ids = torch.tensor(enc.encode(text, allowed_special=set(special_tokens(enc))), dtype=torch.int64)
         counts += torch.bincount(ids[ids < V], minlength=V)
     return counts

@@ -168,7 +168,7 @@ def export_safetensors(
         tensors["token_counts"] = table.counts.contiguous()
     meta = {
         "format": EXPORT_FORMAT,
-        "tokenizer": getattr(table.tokenizer, "name", "none") if table.tokenizer is not None else "none",
+        "tokenizer": _tokenizer_source(table.tokenizer),
         "positional": table.positional,
         "source": table.source,
         "counts_source": table.counts_source,
@@ -185,6 +185,18 @@ _WRITERS = {
     "npy": export_npy,
     "safetensors": export_safetensors,
 }
+
+
+def _tokenizer_source(tokenizer) -> str:
+    """What `tokembed.get_tokenizer` rebuilds the table's tokenizer from: its name, or its file's path."""
+    if tokenizer is None:
+        return "none"
+    from tokembed.tokenizer import tokenizer_identity
+
+    try:
+        return tokenizer_identity(tokenizer).source
+    except TypeError:
+        return getattr(tokenizer, "name", "none")
 
 
 def export_table(

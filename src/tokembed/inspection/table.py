@@ -35,6 +35,7 @@ import torch
 
 from tokembed._checks import check_int
 from tokembed.embeddings.names import SCHEMES
+from tokembed.tokenizer.base import special_tokens
 from tokembed.training.counts import MIN_COUNT, check_min_count
 
 __all__ = [
@@ -115,6 +116,15 @@ def gpt2_byte_spelling(token: bytes) -> str:
     """
     m = _byte_to_unicode()
     return "".join(m[b] for b in token)
+
+
+def _checkpoint_tokenizer(config: dict):
+    """The tokenizer a checkpoint was trained with: rebuilt from its record (checked), or its name."""
+    if config.get("tokenizer_record"):
+        from tokembed.tokenizer import tokenizer_from_record
+
+        return tokenizer_from_record(config["tokenizer_record"])
+    return config.get("tokenizer", "gpt2")
 
 
 def resolve_tokenizer(tokenizer):
@@ -297,7 +307,7 @@ class EmbeddingTable:
 
     @functools.cached_property
     def _special_ids(self) -> frozenset[int]:
-        return frozenset(self.tokenizer._special_tokens.values()) if self.tokenizer is not None else frozenset()
+        return frozenset(special_tokens(self.tokenizer).values()) if self.tokenizer is not None else frozenset()
 
     # --------------------------------------------------------------- queries
     def ids(self, word: str) -> list[int]:
@@ -316,7 +326,7 @@ class EmbeddingTable:
             raise ValueError(
                 f"this table ({self.source or 'no source'}) has no tokenizer nor labels, so word {word!r} cannot be looked up; give token ids, or load it with tokenizer='gpt2'"
             )
-        special = self.tokenizer._special_tokens
+        special = special_tokens(self.tokenizer)
         ids = [special[word]] if word in special else self.tokenizer.encode_ordinary(word)
         for i in ids:
             if i >= self.vocab_size:
@@ -434,7 +444,7 @@ class EmbeddingTable:
             raise ValueError(
                 f"this table ({self.source or 'no source'}) has no tokenizer to split text; load it with tokenizer='gpt2'"
             )
-        ids = self.tokenizer.encode(text, allowed_special=set(self.tokenizer._special_tokens))
+        ids = self.tokenizer.encode(text, allowed_special=set(special_tokens(self.tokenizer)))
         rows = []
         for p, i in enumerate(ids):
             if i >= self.vocab_size:
@@ -583,7 +593,7 @@ class EmbeddingTable:
         counts = read_token_counts(path)
         return cls(
             tokens,
-            config.get("tokenizer", "gpt2"),
+            _checkpoint_tokenizer(config),
             positions=positions,
             positional=positional,
             source=str(path),

@@ -47,16 +47,28 @@ INDICATORS = ("norm", "cosine")
 
 def known_unused_ids(tokenizer, vocab_size: int) -> list[int]:
     """Ids of the single-byte tokens whose byte never occurs in UTF-8 text (none without such tokens)."""
-    encode = getattr(tokenizer, "encode_single_token", None)
+    if tokenizer is None:
+        return []
+    encode = getattr(tokenizer, "encode_single_token", None)  # tiktoken: a dictionary lookup per byte
+    if encode is None:  # any other tokenizer: find the rows that decode to one such byte
+        wanted = {bytes([b]) for b in NEVER_IN_UTF8}
+        return [i for i in range(vocab_size) if _token_bytes(tokenizer, i) in wanted]
     ids = []
     for b in NEVER_IN_UTF8:
         try:
-            i = encode(bytes([b])) if encode is not None else None
+            i = encode(bytes([b]))
         except (KeyError, ValueError):
             continue
-        if i is not None and 0 <= i < vocab_size:
+        if 0 <= i < vocab_size:
             ids.append(int(i))
     return ids
+
+
+def _token_bytes(tokenizer, token_id: int) -> bytes | None:
+    try:
+        return tokenizer.decode_single_token_bytes(token_id)
+    except (KeyError, ValueError, IndexError):
+        return None
 
 
 def _without_first_pc(x: torch.Tensor) -> torch.Tensor:

@@ -1,7 +1,8 @@
 """Training checkpoints on disk: a directory written whole or not at all.
 
     CKPT/config.json          {"format": "tokembed-checkpoint", "version": 1, "model": {GPTConfig},
-                               "tokenizer": "gpt2", "train": {TrainConfig}, "step": int, "tokens_seen": int}
+                               "tokenizer": "gpt2", "tokenizer_record": {the data manifest's
+                               tokenizer entry}, "train": {TrainConfig}, "step": int, "tokens_seen": int}
     CKPT/model.safetensors    the weights; with tied embeddings only ``embed.token.weight`` (not ``head.weight``)
     CKPT/optimizer.pt         AdamW state (torch.save)
     CKPT/state.json           loader state, RNG state, step: what exact resume needs
@@ -73,6 +74,7 @@ def save_checkpoint(
     log: dict | None = None,
     plot: bool = True,
     extra_files: Mapping[str, Callable[[Path], object]] | None = None,
+    tokenizer: dict | None = None,
 ) -> Path:
     """Write a checkpoint directory atomically (see the module docstring) and return its path.
 
@@ -86,13 +88,22 @@ def save_checkpoint(
         log: the training log for ``log.json`` (and ``loss.png`` when ``plot`` and matplotlib is installed).
         plot: draw ``loss.png`` from ``log``.
         extra_files: file name -> a function that writes that file at the path it is given; each is written inside the new checkpoint before it replaces the old one.
+        tokenizer: the training data's tokenizer record (the manifest's entry); default GPT-2's name.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f"{path.name}.tmp-", dir=path.parent))
     try:
         _write_contents(
-            tmp, model, train=train, step=step, tokens_seen=tokens_seen, optimizer=optimizer, state=state, log=log
+            tmp,
+            model,
+            train=train,
+            step=step,
+            tokens_seen=tokens_seen,
+            optimizer=optimizer,
+            state=state,
+            log=log,
+            tokenizer=tokenizer,
         )
         if log is not None and plot:
             write_loss_png(log, tmp / "loss.png")
@@ -106,12 +117,13 @@ def save_checkpoint(
     return path
 
 
-def _write_contents(tmp: Path, model: GPT, *, train, step, tokens_seen, optimizer, state, log) -> None:
+def _write_contents(tmp: Path, model: GPT, *, train, step, tokens_seen, optimizer, state, log, tokenizer) -> None:
     config = {
         "format": CHECKPOINT_FORMAT,
         "version": CHECKPOINT_VERSION,
         "model": model.config.to_dict(),
-        "tokenizer": "gpt2",
+        "tokenizer": (tokenizer or {}).get("name", "gpt2"),
+        **({"tokenizer_record": tokenizer} if tokenizer else {}),
         "train": train or {},
         "step": int(step),
         "tokens_seen": int(tokens_seen),

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass
 from tokembed._checks import check_int, check_number, check_positive_int, check_probability, config_from_dict
 from tokembed.embeddings.names import positional_scheme
 from tokembed.embeddings.rotary import ROPE_SCALINGS
+from tokembed.tokenizer.gpt2 import GPT2_EOT, GPT2_N_VOCAB
 
 
 @dataclass(frozen=True)
@@ -32,10 +33,11 @@ class GPTConfig:
             end of one document and the start of the next; with this, a token attends only to earlier
             tokens of its own document, and positions restart at 0 after every ``<|endoftext|>``
             (``eot_token``, which belongs to the document it ends). GPT-2 trained without it.
-        eot_token: the separator that ends a document (GPT-2's ``<|endoftext|>``, 50256).
+        eot_token: the separator that ends a document (default GPT-2's ``<|endoftext|>``; ``tokembed train``
+            takes it from the data's tokenizer, like ``vocab_size``).
     """
 
-    vocab_size: int = 50257
+    vocab_size: int = GPT2_N_VOCAB  # the chapter's tokenizer; training takes the data's
     context_length: int = 128
     dim: int = 64
     n_layers: int = 2
@@ -51,7 +53,7 @@ class GPTConfig:
     t5_max_distance: int = 128
     shaw_max_distance: int = 16
     document_mask: bool = False
-    eot_token: int = 50256
+    eot_token: int = GPT2_EOT
 
     def __post_init__(self) -> None:
         for name in (

@@ -22,9 +22,11 @@ from pathlib import Path
 
 import torch
 
+from tokembed.tokenizer.gpt2 import GPT2_N_VOCAB
+
 __all__ = ["GPT2_VOCAB_SIZE", "find_gpt2_file", "load_gpt2_embeddings"]
 
-GPT2_VOCAB_SIZE = 50257  # 50,000 BPE merges + 256 byte tokens + <|endoftext|>
+GPT2_VOCAB_SIZE = GPT2_N_VOCAB  # 50,000 BPE merges + 256 byte tokens + <|endoftext|>
 
 # (token-table key, position-table key) per layout, after wrapper prefixes are stripped.
 _LAYOUTS = {
@@ -129,7 +131,7 @@ def load_gpt2_embeddings(path: str | Path) -> dict[str, torch.Tensor]:
             directory holding one of them (a Hugging Face snapshot folder).
 
     Returns:
-        ``{"wte": (50257, D) float32, "wpe": (P, D) float32}``; GPT-2 has P = 1024 and D = 768
+        ``{"wte": (GPT2_VOCAB_SIZE, D) float32, "wpe": (P, D) float32}``; GPT-2 has P = 1024 and D = 768
         (small), 1024 (medium), 1280 (large) or 1600 (XL). Half-precision weights are converted.
 
     Raises:

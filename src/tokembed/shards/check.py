@@ -56,6 +56,23 @@ def check_split(root: Path, manifest: dict[str, Any], split: str, *, full: bool)
     return problems
 
 
+def _tokenizer_problems(entry: dict[str, Any] | None) -> list[str]:
+    """The manifest's tokenizer against the one this machine builds from the same source (if it can)."""
+    from tokembed.tokenizer import get_tokenizer, identity_from_manifest, tokenizer_identity
+
+    recorded = identity_from_manifest(entry)
+    try:
+        here = tokenizer_identity(get_tokenizer(recorded.source, **dict(recorded.options)))
+    except (ValueError, OSError):
+        return []  # a tokenizer this machine cannot build: its hash cannot be compared
+    if here.same_ids(recorded):
+        return []
+    return [
+        f"manifest: tokenizer hash {recorded.hash!r} differs from the installed {recorded.source!r} tokenizer's "
+        f"{here.hash!r}: the shards were made with {recorded.describe()}, this machine builds {here.describe()}"
+    ]
+
+
 def _total_problems(split: str, entry: dict[str, Any], shards: list[ShardInfo]) -> list[str]:
     problems = []
     for key, total in (("tokens", sum(s.n_tokens for s in shards)), ("documents", sum(s.n_documents for s in shards))):
@@ -136,17 +153,7 @@ def check_shards(root: str | os.PathLike) -> list[str]:
     except (FileNotFoundError, NotADirectoryError, ValueError) as e:
         return [str(e)]
     problems: list[str] = []
-    tok = manifest["tokenizer"]
-    try:
-        from tokembed.tokenizer import get_tokenizer, tokenizer_hash
-
-        enc = get_tokenizer(tok.get("name"))
-    except (ValueError, FileNotFoundError):
-        enc = None  # a tokenizer this machine cannot build: its hash cannot be compared
-    if enc is not None and tok.get("hash") != tokenizer_hash(enc):
-        problems.append(
-            f"manifest: tokenizer hash {tok.get('hash')!r} differs from the installed {tok.get('name')!r} tokenizer's {tokenizer_hash(enc)!r}"
-        )
+    problems += _tokenizer_problems(manifest.get("tokenizer"))
     if not isinstance(manifest["splits"], dict):
         return problems + ["manifest: 'splits' is not an object"]
     listed: set[str] = set()

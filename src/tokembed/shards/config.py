@@ -5,9 +5,19 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from tokembed.shards.sources import FORMATS
+
+BACKENDS = ("auto", "tiktoken", "gigatoken")  # tokembed.tokenizer.fast.BACKENDS (not imported: it needs tiktoken)
+
+
+def _absolute_if_file(tokenizer: str) -> str:
+    """A tokenizer file's absolute path (the manifest then names it from any folder); names stay names."""
+    path = Path(tokenizer).expanduser()
+    is_file = path.suffix in (".json", ".tiktoken") or (path / "tokenizer.json").is_file()
+    return str(path.resolve()) if is_file else tokenizer
 
 
 @dataclass(frozen=True)
@@ -15,7 +25,11 @@ class PrepareConfig:
     """Everything that decides the bytes of a shard folder (recorded in its manifest).
 
     Attributes:
-        tokenizer: tokenizer name for `tokembed.get_tokenizer` (offline: ``"gpt2"``).
+        tokenizer: a name or file for `tokembed.get_tokenizer` (``"gpt2"``, ``"o200k_base"``, a tokenizer.json, ...).
+        pattern: the split pattern of a ``.tiktoken`` tokenizer file (a regex or an encoding's name).
+        eot: the end-of-text token of a tokenizer file that does not use ``<|endoftext|>``.
+        backend: who encodes: ``"auto"`` (gigatoken when installed and exact for the tokenizer, else
+            tiktoken), ``"tiktoken"`` or ``"gigatoken"``. Not recorded: the shards are identical either way.
         field: the JSON Lines field holding the text.
         format: ``"auto"`` (by suffix), ``"text"`` or ``"jsonl"`` for files with another suffix and stdin.
         val_fraction: fraction of documents in the ``val`` split, chosen by a hash of each document's text
@@ -28,6 +42,9 @@ class PrepareConfig:
     """
 
     tokenizer: str = "gpt2"
+    pattern: str | None = None
+    eot: str | None = None
+    backend: str = "auto"
     field: str = "text"
     format: str = "auto"
     val_fraction: float = 0.0
@@ -36,6 +53,9 @@ class PrepareConfig:
     skip_bad_lines: bool = False
 
     def __post_init__(self):
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
+        object.__setattr__(self, "tokenizer", _absolute_if_file(str(self.tokenizer)))
         if not isinstance(self.field, str) or not self.field:
             raise ValueError(f"field must be a non-empty string, got {self.field!r}")
         if self.format not in FORMATS:
@@ -61,4 +81,14 @@ class PrepareConfig:
         return max(1, int(self.shard_mb * 1e6))
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """What decides the shards' bytes (the manifest's ``config``): not the backend, and no unset
+        ``pattern``/``eot`` (so a gpt2 run records what earlier versions did)."""
+        d = dataclasses.asdict(self)
+        del d["backend"]
+        return {k: v for k, v in d.items() if not (k in ("pattern", "eot") and v is None)}
+
+    def build_tokenizer(self):
+        """The tokenizer this config names (`tokembed.get_tokenizer`)."""
+        from tokembed.tokenizer import get_tokenizer
+
+        return get_tokenizer(self.tokenizer, pattern=self.pattern, eot=self.eot)

@@ -32,11 +32,11 @@ def _watch_parent(parent: int) -> None:
     threading.Thread(target=loop, daemon=True).start()
 
 
-def _worker_init(parent: int, tokenizer: str) -> None:
+def _worker_init(parent: int, config: PrepareConfig) -> None:
     _watch_parent(parent)
-    from tokembed.tokenizer import get_tokenizer
+    from tokembed.tokenizer.fast import token_encoder
 
-    get_tokenizer(tokenizer)  # build once per process, before the first unit
+    token_encoder(config.build_tokenizer(), config.backend)  # build once per process, before the first unit
 
 
 def _start_method() -> str:
@@ -68,7 +68,7 @@ class _LocalEngine:
                 workers,
                 mp_context=mp.get_context(_start_method()),
                 initializer=_worker_init,
-                initargs=(os.getpid(), config.tokenizer),
+                initargs=(os.getpid(), config),
             )
 
     @property

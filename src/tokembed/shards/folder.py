@@ -38,12 +38,12 @@ __all__ = [
 PARTS = ".parts"  # the unfinished run's plan and finished-unit records
 
 
-def tokenizer_entry(name: str) -> tuple[dict[str, Any], np.dtype]:
-    from tokembed.tokenizer import get_tokenizer, tokenizer_hash
+def tokenizer_entry(config: PrepareConfig) -> tuple[dict[str, Any], np.dtype]:
+    """The manifest's ``"tokenizer"`` entry (its `TokenizerIdentity`) and the token dtype it needs."""
+    from tokembed.tokenizer import tokenizer_identity
 
-    enc = get_tokenizer(name)
-    dtype = dtype_for_vocab(enc.n_vocab)
-    return {"name": enc.name, "n_vocab": enc.n_vocab, "eot_token": enc.eot_token, "hash": tokenizer_hash(enc)}, dtype
+    ident = tokenizer_identity(config.build_tokenizer())
+    return ident.to_dict(), dtype_for_vocab(ident.n_vocab)
 
 
 def run_identity(
@@ -60,10 +60,15 @@ def run_identity(
 
 
 def same_identity(existing: dict[str, Any], identity: dict[str, Any]) -> list[str]:
+    from tokembed.tokenizer import identity_from_manifest
+
     diffs = []
-    for key in ("format", "version", "tokenizer", "dtype", "config"):
+    for key in ("format", "version", "dtype", "config"):
         if existing.get(key) != identity[key]:
             diffs.append(key)
+    old_tok, new_tok = identity_from_manifest(existing.get("tokenizer")), identity_from_manifest(identity["tokenizer"])
+    if not old_tok.same_ids(new_tok):
+        diffs.append(f"tokenizer ({old_tok.describe()}, not {new_tok.describe()})")
     old = [{k: f.get(k) for k in ("path", "format", "compressed", "bytes")} for f in existing.get("inputs", [])]
     if old != identity["inputs"]:
         diffs.append("inputs")

@@ -3,7 +3,7 @@
 A shard folder ``DIR/`` holds, per split (``train``, ``val``):
 
 - ``DIR/<split>/NNNNN.bin``: raw little-endian token ids, ``np.memmap(path, dtype=dtype, mode="r")``.
-  uint16 is enough while the vocabulary fits (GPT-2's largest id is 50256 < 2**16), uint32 otherwise.
+  uint16 is enough while the vocabulary fits (GPT-2's largest id, GPT2_EOT, is < 2**16), uint32 otherwise.
 - ``DIR/<split>/NNNNN.idx``: raw little-endian int64, the offset in that shard where each document starts.
   Every document is its tokens followed by one ``<|endoftext|>``. A document longer than a shard (a huge
   text file) goes on in the next shards of its split: its start is listed in the shard where it begins, so
@@ -56,7 +56,7 @@ def dtype_for_vocab(n_vocab: int) -> np.dtype:
     """The narrowest little-endian unsigned dtype that holds every id of an ``n_vocab``-sized vocabulary."""
     if n_vocab < 1:
         raise ValueError(f"n_vocab must be >= 1, got {n_vocab}")
-    # uint16 is enough while the largest id (n_vocab - 1) is < 2**16: GPT-2's 50256 fits.
+    # uint16 is enough while the largest id (n_vocab - 1) is < 2**16: GPT-2's fit, cl100k's and o200k's do not.
     return np.dtype("<u2") if n_vocab <= 2**16 else np.dtype("<u4")
 
 

@@ -164,7 +164,7 @@ def prepare_corpus(
     _check_run_options(engine=engine, workers=workers, rank=rank, world_size=world_size)
     out = Path(out)
     files = resolve_inputs(inputs, format=config.format)
-    tok, dtype = tokenizer_entry(config.tokenizer)
+    tok, dtype = tokenizer_entry(config)
     if overwrite and world_size > 1:
         raise ValueError(
             "--overwrite cannot be combined with --world-size > 1 (one rank would delete the others' work); "
@@ -189,6 +189,17 @@ def prepare_corpus(
         atomic_write_json(out / rank_manifest_name(rank, world_size), partial)
     result.seconds = time.perf_counter() - t0
     return result
+
+
+def _same_tokenizer(path: Path, part: dict[str, Any], first_path: Path, first: dict[str, Any]) -> None:
+    from tokembed.tokenizer import identity_from_manifest
+
+    a, b = identity_from_manifest(part.get("tokenizer")), identity_from_manifest(first.get("tokenizer"))
+    if not a.same_ids(b):
+        raise ValueError(
+            f"{path.name} was tokenized with {a.describe()}, but {first_path.name} with {b.describe()}; "
+            "prepare every rank with the same --tokenizer, then merge again"
+        )
 
 
 def _resolve_config(config: PrepareConfig | None, options: dict[str, Any]) -> PrepareConfig:
@@ -334,6 +345,7 @@ def merge_manifests(root: str | os.PathLike) -> dict[str, Any]:
     first = partials[0]
     keys = ("format", "version", "tokenizer", "dtype", "config", "inputs", "world_size", "units")
     for p, part in zip(paths, partials):
+        _same_tokenizer(p, part, paths[0], first)
         diffs = [k for k in keys if part.get(k) != first.get(k)]
         if diffs:
             raise ValueError(

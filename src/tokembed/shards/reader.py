@@ -15,8 +15,10 @@ import numpy as np
 
 from tokembed.shards.check import check_split, shard_file_problems
 from tokembed.shards.format import CHECK_HINT, INDEX_DTYPE, ShardInfo, read_manifest
+from tokembed.tokenizer.base import TokenizerIdentity
+from tokembed.tokenizer.registry import identity_from_manifest
 
-__all__ = ["ShardSet", "open_shards"]
+__all__ = ["ShardSet", "expect_tokenizer", "open_shards"]
 
 
 class ShardSet:
@@ -69,8 +71,18 @@ class ShardSet:
         return f"ShardSet({str(self.root)!r}, split={self.split!r}, shards={len(self.shards)}, documents={self.n_documents}, tokens={self.n_tokens}, dtype={self.dtype.name})"
 
     @property
+    def tokenizer(self) -> TokenizerIdentity:
+        """The tokenizer that wrote the ids (from the manifest; an older manifest's is GPT-2)."""
+        return identity_from_manifest(self.manifest.get("tokenizer"))
+
+    @property
     def eot_token(self) -> int:
-        return int(self.manifest["tokenizer"]["eot_token"])
+        return self.tokenizer.eot_token
+
+    @property
+    def n_vocab(self) -> int:
+        """Vocabulary size of the tokenizer that wrote the ids: the model's embedding rows."""
+        return self.tokenizer.n_vocab
 
     def tokens(self, i: int) -> np.ndarray:
         """The tokens of shard ``i``: a read-only ``np.memmap`` ``(n_tokens_i,)``, opened once per process."""
@@ -133,7 +145,21 @@ class ShardSet:
             yield self.read(int(a), int(b) - 1)
 
 
-def open_shards(root: str | os.PathLike, *, split: str = "train", verify: bool = False) -> ShardSet:
+def expect_tokenizer(root: Path, recorded: TokenizerIdentity, tokenizer: Any) -> None:
+    """Raise when the data in ``root`` was made with another tokenizer than ``tokenizer``."""
+    from tokembed.tokenizer import get_tokenizer, tokenizer_identity
+
+    asked = tokenizer_identity(get_tokenizer(tokenizer))
+    if not asked.same_ids(recorded):
+        raise ValueError(
+            f"{root} was prepared with {recorded.describe()}, but {asked.describe()} was asked for; "
+            f"use --tokenizer {recorded.source}, or prepare the corpus again with {asked.source}"
+        )
+
+
+def open_shards(
+    root: str | os.PathLike, *, split: str = "train", verify: bool = False, tokenizer: Any = None
+) -> ShardSet:
     """Open one split of a shard folder written by `tokembed prepare`.
 
     Args:
@@ -141,14 +167,18 @@ def open_shards(root: str | os.PathLike, *, split: str = "train", verify: bool =
         split: which split to open (``"train"`` or ``"val"``).
         verify: also check every file's sha256 and the document index (reads the whole split once).
             Without it, only the presence and size of each file are checked (cheap).
+        tokenizer: the tokenizer (name, path or object) the caller expects; another one is an error.
 
     Raises:
         FileNotFoundError: no folder or no manifest.
-        ValueError: unknown split, or a shard that is missing, of the wrong size, or (with ``verify``)
-            damaged; the message names the shard and points at ``tokembed check DIR``.
+        ValueError: unknown split, a shard that is missing, of the wrong size, or (with ``verify``)
+            damaged (the message names the shard and points at ``tokembed check DIR``), or data made with
+            another tokenizer than ``tokenizer`` (names both).
     """
     root = Path(root)
     manifest = read_manifest(root)
+    if tokenizer is not None:
+        expect_tokenizer(root, identity_from_manifest(manifest.get("tokenizer")), tokenizer)
     splits = manifest["splits"]
     if split not in splits:
         raise ValueError(f"split {split!r} is not in {root}; it has {', '.join(map(repr, splits)) or 'no splits'}")

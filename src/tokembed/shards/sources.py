@@ -42,7 +42,10 @@ __all__ = [
     "plan_units",
     "read_span",
     "resolve_inputs",
+    "CUTS",
+    "never_cut",
     "safe_cut",
+    "safe_space_cut",
 ]
 
 FORMATS = ("auto", "text", "jsonl")
@@ -285,6 +288,27 @@ def safe_cut(w: bytes, lo: int = 1) -> int:
     return -1
 
 
+_SPACE_CANDIDATE = re.compile(rb"(?<=[\x21-\x7e\x80-\xff])[\t ]")
+
+
+def safe_space_cut(w: bytes, lo: int = 1) -> int:
+    """Like `safe_cut`, but only before a space or tab: safe for cl100k_base and o200k_base too, whose
+    patterns glue newlines to the punctuation before them (``".\n"`` is one pre-token)."""
+    for m in _SPACE_CANDIDATE.finditer(w, max(lo, 1)):
+        if w[m.start() - 1] < 0x80 or _non_ascii_non_space_before(w, m.start()):
+            return m.start()
+    return -1
+
+
+def never_cut(w: bytes, lo: int = 1) -> int:
+    """No safe point is known for the tokenizer: documents stay whole."""
+    return -1
+
+
+# A tokenizer's rule for cutting a large document (`tokembed.tokenizer.document_cut`) -> where to cut.
+CUTS = {"whitespace": safe_cut, "space": safe_space_cut, None: never_cut}
+
+
 def _line_cut(w: bytes, lo: int) -> int:
     i = w.find(b"\n", lo)
     return i + 1 if i >= 0 else -1
@@ -311,7 +335,9 @@ def _find_cut(cur: _Cursor, floor: int, target: int, accept) -> int:
         pos, lo = pos + SCAN - 4, 4  # windows overlap by the look-behind
 
 
-def _file_spans(cur: _Cursor, fi: int, f: InputFile, unit_bytes: int, filled, head_bytes: int) -> Iterator[Span]:
+def _file_spans(
+    cur: _Cursor, fi: int, f: InputFile, unit_bytes: int, filled, head_bytes: int, cut_at=safe_cut
+) -> Iterator[Span]:
     """The spans of one input. ``filled()`` says how many bytes the current unit already holds."""
     pos = 0
     if f.format == "jsonl":
@@ -329,7 +355,7 @@ def _file_spans(cur: _Cursor, fi: int, f: InputFile, unit_bytes: int, filled, he
     # A text file is one document; one larger than a unit is cut into pieces of at least unit_bytes,
     # at safe points counted from the document's start (so the pieces do not depend on the units).
     while True:
-        cut = _find_cut(cur, pos, pos + unit_bytes, safe_cut)
+        cut = _find_cut(cur, pos, pos + unit_bytes, cut_at)
         end = cur.end()
         more = end is None or cut < end
         flags = (CONT if pos > 0 else 0) | (MORE if more else 0)
@@ -341,7 +367,7 @@ def _file_spans(cur: _Cursor, fi: int, f: InputFile, unit_bytes: int, filled, he
 
 
 def plan_units(
-    files: Sequence[InputFile], unit_bytes: int, *, carry: bool = False, head_bytes: int = 0
+    files: Sequence[InputFile], unit_bytes: int, *, carry: bool = False, head_bytes: int = 0, cut_at=safe_cut
 ) -> Iterator[tuple[list[Span], int]]:
     """Cut the inputs, in order, into work units of at least ``unit_bytes`` bytes (the last may be smaller).
 
@@ -353,6 +379,7 @@ def plan_units(
         unit_bytes: bytes of input per unit.
         carry: read every span's bytes here (for workers without access to the files); streams always do.
         head_bytes: give the first piece of each cut document its first ``head_bytes`` bytes (`Span.head`).
+        cut_at: where a document may be cut (one of `CUTS`: the tokenizer's rule).
 
     Yields:
         ``(spans, disk_bytes)``: the unit's spans, and the bytes read from disk up to its end (compressed
@@ -363,7 +390,7 @@ def plan_units(
     for fi, f in enumerate(files):
         cur = _Cursor(f, carry)
         try:
-            for span in _file_spans(cur, fi, f, unit_bytes, lambda: size, head_bytes):  # noqa: B023 (reads the live size)
+            for span in _file_spans(cur, fi, f, unit_bytes, lambda: size, head_bytes, cut_at):  # noqa: B023 (reads the live size)
                 unit.append(span)
                 size += len(span)
                 if size >= unit_bytes:
@@ -403,7 +430,7 @@ class _SpanCursor:
             os.close(self.fd)
 
 
-def split_span(span: Span, part_bytes: int, path: str) -> list[Span]:
+def split_span(span: Span, part_bytes: int, path: str, cut_at=safe_cut) -> list[Span]:
     """Cut ``span`` into consecutive spans of at least ``part_bytes`` bytes (the last may be smaller):
     at line ends for JSON lines, at safe points for text (each part of a document then carries `CONT` /
     `MORE` like a piece). Tokenized one by one and put together, the parts give the span's tokens."""
@@ -421,7 +448,7 @@ def split_span(span: Span, part_bytes: int, path: str) -> list[Span]:
             elif lines:
                 cut = _find_cut(cur, pos, pos + part_bytes - 1, _line_cut)
             else:
-                cut = _find_cut(cur, pos, pos + part_bytes, safe_cut)
+                cut = _find_cut(cur, pos, pos + part_bytes, cut_at)
             data = None if span.data is None else span.data[pos - span.start : cut - span.start]
             flags = keep
             if not lines:

@@ -21,7 +21,18 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tokembed.shards.format import INDEX_DTYPE, dtype_for_vocab
-from tokembed.shards.sources import CONT, LINES, MORE, InputFile, Span, line_number, plan_units, read_span, split_span
+from tokembed.shards.sources import (
+    CONT,
+    CUTS,
+    LINES,
+    MORE,
+    InputFile,
+    Span,
+    line_number,
+    plan_units,
+    read_span,
+    split_span,
+)
 
 if TYPE_CHECKING:
     from tokembed.shards.config import PrepareConfig
@@ -77,6 +88,13 @@ def _input_hash(spans: Sequence[Span], datas: Sequence[bytes]) -> str:
     return h.hexdigest()[:32]
 
 
+def _cut_rule(config: PrepareConfig):
+    """Where the config's tokenizer lets a large document be cut without changing its ids."""
+    from tokembed.tokenizer import document_cut
+
+    return CUTS[document_cut(config.build_tokenizer())]
+
+
 def unit_parts(unit: Unit, config: PrepareConfig, names: dict[int, str]) -> list[Unit]:
     """Cut a unit into parts of at least `PART_BYTES` (JSON lines, documents, or pieces of documents cut at
     safe points). The parts' results, put together in order, are the unit's; the cuts depend only on the
@@ -92,7 +110,7 @@ def unit_parts(unit: Unit, config: PrepareConfig, names: dict[int, str]) -> list
             )
             if _head_in_val(head, config.val_fraction):
                 sp = dataclasses.replace(sp, flags=sp.flags | VAL)
-        spans += split_span(sp, PART_BYTES, names[sp.file])
+        spans += split_span(sp, PART_BYTES, names[sp.file], _cut_rule(config))
     groups: list[list[Span]] = [[]]
     size = 0
     for sp in spans:
@@ -121,7 +139,13 @@ def iter_units(files: Sequence[InputFile], config: PrepareConfig, *, carry: bool
     """
     in_val = False
     for uid, (spans, disk_bytes) in enumerate(
-        plan_units(files, config.unit_bytes, carry=carry, head_bytes=_head_bytes() if config.val_fraction > 0 else 0)
+        plan_units(
+            files,
+            config.unit_bytes,
+            carry=carry,
+            head_bytes=_head_bytes() if config.val_fraction > 0 else 0,
+            cut_at=_cut_rule(config),
+        )
     ):
         for sp in spans:
             if sp.head is not None:
@@ -177,20 +201,6 @@ def trim_heap() -> None:
 _malloc_trim = None
 
 
-def _encode_ordinary(enc, text: str):
-    """``enc.encode_ordinary(text)`` as a numpy array, without the Python list in between when tiktoken can.
-
-    With no special token allowed and none disallowed, tiktoken's encoder treats ``<|endoftext|>`` inside
-    a document as plain text: exactly ``encode_ordinary`` (a test checks the two agree).
-    """
-    if hasattr(enc, "encode_to_numpy"):
-        try:
-            return enc.encode_to_numpy(text, allowed_special=set(), disallowed_special=())
-        except UnicodeEncodeError:
-            pass  # lone surrogates: encode_ordinary knows how to repair them
-    return np.asarray(enc.encode_ordinary(text), dtype=np.uint32)
-
-
 def _records(sp: Span, data: bytes) -> Iterator[tuple[bytes, int, int]]:
     """``(raw, offset, k)`` for each record of a span: its JSON lines (``k``-th line of the span), or its
     one document or piece (``k = -1``)."""
@@ -209,10 +219,11 @@ def tokenize_unit(unit: Unit, config: PrepareConfig, names: Sequence[str] | dict
     Returns per-split token and index arrays with their sha256, the unit's input hash, and per-input-file
     counts. Raises ValueError naming the file and line or byte offset for bad input.
     """
-    from tokembed.tokenizer import get_tokenizer
+    from tokembed.tokenizer.fast import token_encoder
 
     trim_heap()  # the previous unit's buffers are gone by now
-    enc = get_tokenizer(config.tokenizer)
+    enc = config.build_tokenizer()
+    encoder = token_encoder(enc, config.backend)  # tiktoken's ids, from gigatoken when installed (tested)
     datas = [read_span(sp, names[sp.file]) for sp in unit.spans]
     input_hash = _input_hash(unit.spans, datas)
     acc = _UnitTokens(enc.eot_token, dtype_for_vocab(enc.n_vocab))
@@ -230,7 +241,7 @@ def tokenize_unit(unit: Unit, config: PrepareConfig, names: Sequence[str] | dict
                 continue
             else:
                 split = "val" if _in_val(text, config.val_fraction) else "train"
-            acc.add(split, _encode_ordinary(enc, text), text, sp, st)
+            acc.add(split, encoder.encode_ordinary(text), text, sp, st)
     del datas
     return acc.result(unit, input_hash)
 

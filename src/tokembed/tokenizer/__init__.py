@@ -6,7 +6,8 @@ checked against the sha256 its files must have. Every one offers the `Tokenizer`
 `TokenizerIdentity` travels with the data in the manifest.
 """
 
-from tokembed.tokenizer.base import ENDOFTEXT, Tokenizer, TokenizerIdentity
+from tokembed.tokenizer.base import ENDOFTEXT, Tokenizer, TokenizerIdentity, special_tokens
+from tokembed.tokenizer.cuts import document_cut
 from tokembed.tokenizer.gpt2 import GPT2_ENCODER_JSON_SHA256, GPT2_PAT_STR, GPT2_VOCAB_BPE_SHA256, gpt2_files
 from tokembed.tokenizer.raw_bytes import ByteTokenizer
 from tokembed.tokenizer.registry import (
@@ -14,6 +15,7 @@ from tokembed.tokenizer.registry import (
     clear_cache,
     get_tokenizer,
     identity_from_manifest,
+    tokenizer_from_record,
     tokenizer_hash,
     tokenizer_identity,
     tokenizer_sources,
@@ -29,9 +31,12 @@ __all__ = [
     "TokenizerIdentity",
     "available_tokenizers",
     "clear_cache",
+    "document_cut",
     "get_tokenizer",
+    "special_tokens",
     "gpt2_files",
     "identity_from_manifest",
+    "tokenizer_from_record",
     "tokenizer_hash",
     "tokenizer_identity",
     "tokenizer_sources",

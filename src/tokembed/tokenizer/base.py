@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, Literal, Protocol, runtime_checkable
 
-__all__ = ["ENDOFTEXT", "Tokenizer", "TokenizerIdentity", "encode_with_specials", "vocabulary_hash"]
+__all__ = ["ENDOFTEXT", "Tokenizer", "TokenizerIdentity", "encode_with_specials", "special_tokens", "vocabulary_hash"]
 
 ENDOFTEXT = "<|endoftext|>"
 
@@ -52,6 +52,12 @@ class Tokenizer(Protocol):
     def decode_single_token_bytes(self, token: int) -> bytes:
         """The bytes of one id (for labels)."""
         ...
+
+
+def special_tokens(tok: Any) -> dict[str, int]:
+    """A tokenizer's special tokens and their ids (tiktoken keeps them in ``_special_tokens``)."""
+    found = getattr(tok, "special_tokens", None)
+    return dict(found) if found is not None else dict(tok._special_tokens)
 
 
 def vocabulary_hash(
@@ -127,8 +133,10 @@ class TokenizerIdentity:
         return f"{self.name}{where} ({self.n_vocab:,} ids, end-of-text {self.eot_token}, hash {self.hash[:8]})"
 
     def same_ids(self, other: TokenizerIdentity) -> bool:
-        """True when both give the same ids for every text."""
-        return (self.hash, self.n_vocab, self.eot_token) == (other.hash, other.n_vocab, other.eot_token)
+        """True when both give the same ids for every text (by name where a record has no hash)."""
+        if (self.n_vocab, self.eot_token) != (other.n_vocab, other.eot_token):
+            return False
+        return self.hash == other.hash if self.hash and other.hash else self.name == other.name
 
 
 def encode_with_specials(

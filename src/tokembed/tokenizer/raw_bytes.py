@@ -37,6 +37,7 @@ class ByteTokenizer:
     n_vocab = 257
     eot_token = 256
     special_tokens_set = frozenset({ENDOFTEXT})
+    document_cut = "whitespace"  # one id per byte: any cut keeps the ids
 
     def __repr__(self) -> str:
         return "ByteTokenizer()"
@@ -46,6 +47,11 @@ class ByteTokenizer:
 
     def __hash__(self) -> int:
         return hash(ByteTokenizer)
+
+    @property
+    def special_tokens(self) -> dict[str, int]:
+        """``{"<|endoftext|>": 256}``."""
+        return {ENDOFTEXT: self.eot_token}
 
     def encode_bytes(self, data: bytes) -> list[int]:
         """Ids of raw bytes: each byte is its own id."""

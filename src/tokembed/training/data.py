@@ -1,11 +1,15 @@
-"""TODO docstring."""
+"""What a training run reads: the train and validation tokens of a shard folder or a text file, and the
+identity of the tokenizer that made them (the model's vocabulary comes from it)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+
+from tokembed.tokenizer.base import TokenizerIdentity
 
 
 @dataclass
@@ -16,28 +20,50 @@ class TrainingData:
         train: a shard folder path or a token array, as ``create_dataloader`` takes it.
         val: validation tokens (int64 array), or None when the corpus has none.
         description: how the split was made, for logs.
+        n_train_tokens: tokens of the training side.
+        tokenizer: the tokenizer that made the ids (vocabulary size, end-of-text id).
     """
 
     train: object
     val: np.ndarray | None
     description: str
     n_train_tokens: int
+    tokenizer: TokenizerIdentity
 
 
 def _is_shard_folder(path: Path) -> bool:
     return path.is_dir() and (path / "manifest.json").exists()
 
 
+def data_tokenizer(data: str | Path, *, tokenizer: Any = None) -> TokenizerIdentity:
+    """The tokenizer of ``data``: a shard folder's manifest (another ``tokenizer`` is an error naming
+    both), or ``tokenizer`` (default gpt2) for a text file. Cheap: nothing is tokenized."""
+    from tokembed.tokenizer import get_tokenizer, identity_from_manifest, tokenizer_identity
+
+    path = Path(data)
+    if _is_shard_folder(path):
+        from tokembed.shards.format import read_manifest
+        from tokembed.shards.reader import expect_tokenizer
+
+        recorded = identity_from_manifest(read_manifest(path).get("tokenizer"))
+        if tokenizer is not None:
+            expect_tokenizer(path, recorded, tokenizer)
+        return recorded
+    return tokenizer_identity(get_tokenizer(tokenizer or "gpt2"))
+
+
 def load_training_data(
-    data: str | Path, *, val_fraction: float = 0.1, max_val_tokens: int | None = None
+    data: str | Path, *, val_fraction: float = 0.1, max_val_tokens: int | None = None, tokenizer: Any = None
 ) -> TrainingData:
     """Resolve ``data`` into training source and validation tokens.
 
     A shard folder: its ``train`` split (read lazily by the loader) and its ``val`` split.
-    A text file: GPT-2 tokens, the first ``1 - val_fraction`` for training, the rest for validation.
+    A text file: its tokens, the first ``1 - val_fraction`` for training, the rest for validation.
 
     Args:
         max_val_tokens: read at most this many validation tokens (large shard folders).
+        tokenizer: for a text file, the tokenizer (default gpt2); for a shard folder, the one expected
+            (another is an error naming both).
     """
     path = Path(data)
     if not path.exists():
@@ -51,7 +77,7 @@ def load_training_data(
             )
         from tokembed.shards.reader import open_shards
 
-        train_split = open_shards(path, split="train")
+        train_split = open_shards(path, split="train", tokenizer=tokenizer)
         val = None
         try:
             val_split = open_shards(path, split="val")
@@ -61,15 +87,29 @@ def load_training_data(
             n = val_split.n_tokens if max_val_tokens is None else min(val_split.n_tokens, max_val_tokens)
             val = np.asarray(val_split.read(0, n), dtype=np.int64)
         desc = f"shard folder {path}: train split {train_split.n_tokens} tokens, val split {0 if val is None else len(val)} tokens read"
-        return TrainingData(str(path), val, desc, int(train_split.n_tokens))
+        return TrainingData(str(path), val, desc, int(train_split.n_tokens), train_split.tokenizer)
     from tokembed.data.windows import encode_text
+    from tokembed.tokenizer import get_tokenizer, tokenizer_identity
 
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
         raise ValueError(f"{path} is not UTF-8 text ({e}); give a text file or a shard folder") from None
-    tokens = encode_text(text).astype(np.int64)  # (N,)
+    enc = get_tokenizer(tokenizer or "gpt2")
+    tokens = encode_text(text, tokenizer=enc).astype(np.int64)  # (N,)
     cut = int(len(tokens) * (1.0 - val_fraction))
     val = tokens[cut:] if max_val_tokens is None else tokens[cut : cut + max_val_tokens]
     desc = f"text {path}: {len(tokens)} tokens, first {cut} for training, last {len(tokens) - cut} ({val_fraction:.0%}) for validation"
-    return TrainingData(tokens[:cut], val, desc, cut)
+    return TrainingData(tokens[:cut], val, desc, cut, tokenizer_identity(enc))
+
+
+def check_same_tokenizer(saved: dict, tok: TokenizerIdentity, out: Path) -> None:
+    """Raise when a checkpoint was trained on ids of another tokenizer than the data's (names both)."""
+    from tokembed.tokenizer import identity_from_manifest
+
+    recorded = identity_from_manifest(saved.get("tokenizer_record") or saved.get("tokenizer"))
+    if not recorded.same_ids(tok):
+        raise ValueError(
+            f"the checkpoint in {out} was trained on ids of {recorded.describe()}, but the data was made with "
+            f"{tok.describe()}; resume on data of the same tokenizer, or train into a new --out"
+        )

@@ -116,7 +116,7 @@ def evaluate(
         ``loss=None`` with ``note`` when the model cannot read that far.
     """
     from tokembed.model.checkpoint import load_checkpoint
-    from tokembed.training.data import load_training_data
+    from tokembed.training.data import check_same_tokenizer, load_training_data
 
     model, config = load_checkpoint(checkpoint) if not isinstance(checkpoint, tuple) else checkpoint
     if not lengths:
@@ -130,7 +130,10 @@ def evaluate(
         raise ValueError("the checkpoint does not name its training data; pass data= (--data)")
     if rope_scaling is not None and positional_scheme(model.config.positional).acts != "rotate":
         raise ValueError(f"rope_scaling applies to rope models; this one uses {model.config.positional!r} positions")
-    split = load_training_data(source, val_fraction=float(train_cfg.get("val_fraction", 0.1)))
+    split = load_training_data(
+        source, val_fraction=float(train_cfg.get("val_fraction", 0.1)), tokenizer=train_cfg.get("tokenizer")
+    )
+    check_same_tokenizer(config, split.tokenizer, Path(str(checkpoint if not isinstance(checkpoint, tuple) else "")))
     if split.val is None:
         raise ValueError(f"{source} has no validation split to evaluate on; prepare it with one or pass a text file")
     rows = []

@@ -31,6 +31,7 @@ class PositionsExperiment:
     Attributes:
         data: a shard folder or text file (a text's last 10% of tokens is the validation set).
         out: where checkpoints, table and plot go.
+        tokenizer: for a text file, its tokenizer (default gpt2); a shard folder's comes from its manifest.
         schemes: the positional schemes to train (default: all seven).
         train_length: training window length (and the models' context length).
         multiples: evaluation lengths, as multiples of ``train_length``.
@@ -44,6 +45,7 @@ class PositionsExperiment:
 
     data: str
     out: str
+    tokenizer: str | None = None
     schemes: tuple[str, ...] = POSITIONAL_NAMES
     train_length: int = 32
     multiples: tuple[int, ...] = (1, 2, 4, 8)
@@ -103,6 +105,36 @@ def _atomic_write(path: Path, text: str) -> None:
     atomic_write(path, text.encode("utf-8"))
 
 
+def _run_configs(config: PositionsExperiment, scheme: str, tok):
+    """The model and training configs of one scheme's run (the vocabulary is the data's tokenizer's)."""
+    from tokembed.model.config import GPTConfig
+    from tokembed.training.config import TrainConfig
+
+    model_config = GPTConfig(
+        vocab_size=tok.n_vocab,
+        eot_token=tok.eot_token,
+        context_length=config.train_length,
+        dim=config.dim,
+        n_layers=config.n_layers,
+        n_heads=config.n_heads,
+        positional=scheme,
+    )
+    train_config = TrainConfig(
+        data=config.data,
+        tokenizer=config.tokenizer,
+        out=str(Path(config.out) / scheme),
+        max_length=config.train_length,
+        batch_size=config.batch_size,
+        max_steps=config.steps,
+        lr=config.lr,
+        warmup_steps=min(config.warmup_steps, config.steps),
+        eval_interval=config.steps,
+        checkpoint_interval=config.steps,
+        seed=config.seed,
+    )
+    return model_config, train_config
+
+
 def run_positions_experiment(config: PositionsExperiment, *, progress: bool = True, echo=print) -> dict:
     """Train every scheme, evaluate each at every length, write table, JSON and plot.
 
@@ -110,8 +142,7 @@ def run_positions_experiment(config: PositionsExperiment, *, progress: bool = Tr
         The JSON document written to ``out/positions.json``.
     """
     from tokembed.model.checkpoint import load_checkpoint
-    from tokembed.model.config import GPTConfig
-    from tokembed.training.config import TrainConfig
+    from tokembed.training.data import data_tokenizer
     from tokembed.training.evaluation import evaluate
     from tokembed.training.loop import train
 
@@ -119,26 +150,9 @@ def run_positions_experiment(config: PositionsExperiment, *, progress: bool = Tr
     out.mkdir(parents=True, exist_ok=True)
     results: dict[str, list[dict]] = {}
     runs: dict[str, dict] = {}
+    tok = data_tokenizer(config.data, tokenizer=config.tokenizer)  # the vocabulary comes from the data
     for scheme in config.schemes:
-        model_config = GPTConfig(
-            context_length=config.train_length,
-            dim=config.dim,
-            n_layers=config.n_layers,
-            n_heads=config.n_heads,
-            positional=scheme,
-        )
-        train_config = TrainConfig(
-            data=config.data,
-            out=str(out / scheme),
-            max_length=config.train_length,
-            batch_size=config.batch_size,
-            max_steps=config.steps,
-            lr=config.lr,
-            warmup_steps=min(config.warmup_steps, config.steps),
-            eval_interval=config.steps,
-            checkpoint_interval=config.steps,
-            seed=config.seed,
-        )
+        model_config, train_config = _run_configs(config, scheme, tok)
         result = train(train_config, model_config, resume=(out / scheme).exists(), progress=progress)
         tokens_per_step = config.batch_size * config.train_length
         seconds = sum(

@@ -15,6 +15,7 @@ numbers, so its losses equal an uninterrupted run's (bit for bit on the same mac
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,9 +28,10 @@ from tokembed.embeddings.registry import positional_scheme
 from tokembed.model.checkpoint import read_checkpoint_config, save_checkpoint
 from tokembed.model.config import GPTConfig
 from tokembed.model.gpt import GPT
+from tokembed.tokenizer.base import TokenizerIdentity
 from tokembed.training.config import RESUMABLE_CHANGES, TrainConfig, lr_at
 from tokembed.training.counts import COUNTS_FILE, MIN_COUNT, TokenCounter
-from tokembed.training.data import TrainingData, load_training_data
+from tokembed.training.data import TrainingData, check_same_tokenizer, load_training_data
 from tokembed.training.evaluation import evaluate_tokens
 from tokembed.training.state import TrainState
 
@@ -72,11 +74,16 @@ def train(
     """
     out = Path(config.out)
     saved = _saved_run(out, config, resume=resume)
-    model_config = _model_config(saved, model_config, config, out)
     if stop_at is not None:
         check_positive_int("stop_at", stop_at)
     max_val_tokens = config.eval_batches * config.batch_size * config.max_length + 1
-    data = load_training_data(config.data, val_fraction=config.val_fraction, max_val_tokens=max_val_tokens)
+    data = load_training_data(
+        config.data, val_fraction=config.val_fraction, max_val_tokens=max_val_tokens, tokenizer=config.tokenizer
+    )
+    if saved is not None:
+        check_same_tokenizer(saved, data.tokenizer, out)
+    given = model_config is not None or saved is not None
+    model_config = fit_vocabulary(_model_config(saved, model_config, config, out), data.tokenizer, given=given)
     run = _Run(config, model_config, data, new=saved is None)
     if saved is not None:
         run.state.restore(out, run.model, run.optimizer, run.loader)
@@ -85,6 +92,26 @@ def train(
     run.loop(end, progress=progress, resumed=saved is not None)
     s = run.state
     return TrainResult(out, s.step, s.tokens_seen, s.last_loss("train"), s.last_loss("val"), s.log)
+
+
+def fit_vocabulary(model_config: GPTConfig | None, tok: TokenizerIdentity, *, given: bool) -> GPTConfig:
+    """The model config for data made by ``tok``: its vocabulary and end-of-text id when none was given;
+    a given one must hold every id (and, with ``document_mask``, end documents at the data's id)."""
+    if not given:
+        return dataclasses.replace(model_config, vocab_size=tok.n_vocab, eot_token=tok.eot_token)
+    if model_config.vocab_size < tok.n_vocab:
+        raise ValueError(
+            f"the model's vocabulary has {model_config.vocab_size:,} ids, but the data was made with {tok.describe()}; "
+            f"use vocab_size={tok.n_vocab} (the CLI takes it from the data)"
+        )
+    if model_config.eot_token != tok.eot_token:
+        if given and model_config.document_mask:
+            raise ValueError(
+                f"the model ends documents at id {model_config.eot_token}, but the data was made with {tok.describe()}; "
+                f"use eot_token={tok.eot_token}"
+            )
+        model_config = dataclasses.replace(model_config, eot_token=tok.eot_token)
+    return model_config
 
 
 def _saved_run(out: Path, config: TrainConfig, *, resume: bool) -> dict | None:
@@ -117,7 +144,7 @@ def _model_config(saved: dict | None, given: GPTConfig | None, config: TrainConf
             )
         model_config = ckpt_model
     if model_config is None:
-        model_config = GPTConfig(context_length=config.max_length)
+        model_config = GPTConfig(context_length=config.max_length)  # its vocabulary comes from the data
     if model_config.context_length < config.max_length:
         raise ValueError(
             f"max_length={config.max_length} exceeds the model's context_length={model_config.context_length}; "
@@ -263,6 +290,7 @@ class _Run:
             self.config.out,
             self.model,
             train=self.config.to_dict(),
+            tokenizer=self.data.tokenizer.to_dict(),
             step=s.step,
             tokens_seen=s.tokens_seen,
             optimizer=self.optimizer,

@@ -1,0 +1,120 @@
+"""The fast exact path for ``prepare``: gigatoken's BPE where it gives tiktoken's ids, tiktoken otherwise.
+
+gigatoken (optional extra ``tokembed[fast]``) encodes GPT-2, r50k_base, cl100k_base and o200k_base about
+5-15x faster than tiktoken on one core, with the same ids (benchmarks/bench_tokenize.py measures both;
+tests compare them on hypothesis text, the chapter's translations, the story, code and whitespace runs).
+Texts it cannot take (lone surrogates) go to tiktoken, which repairs them. Its piece cache grows with
+every new word (gigatoken 0.10), so it is rebuilt after each `RESET_CHARS` characters.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tiktoken
+
+from tokembed.tokenizer.gpt2 import GPT2_PAT_STR
+from tokembed.tokenizer.openai import CL100K_PAT_STR, O200K_PAT_STR, dump_ranks
+
+__all__ = ["BACKENDS", "TokenEncoder", "fast_backend_problem", "token_encoder"]
+
+BACKENDS = ("auto", "tiktoken", "gigatoken")
+RESET_CHARS = 1 << 30  # rebuild gigatoken's tokenizer (and its cache) after this many characters
+# gigatoken's name for each tiktoken split pattern it implements.
+_SCHEMES = {GPT2_PAT_STR: "gpt2", CL100K_PAT_STR: "gpt4", O200K_PAT_STR: "o200k"}
+# A probe of what could go wrong: scripts, digits, code, whitespace runs, a special token as text.
+_PROBE = "Hello, world! naïve café 東京 🤖👍🏽 1234567 x=[a_b(c)]\n\t  \n\n   <|endoftext|> 'll 'S\r\n" + "=" * 600
+
+
+def fast_backend_problem(enc: Any) -> str | None:
+    """Why gigatoken cannot encode ``enc`` exactly here, or None when it can."""
+    if importlib.util.find_spec("gigatoken") is None:
+        return "gigatoken is not installed (pip install 'tokembed[fast]')"
+    if not isinstance(enc, tiktoken.Encoding) or enc._pat_str not in _SCHEMES:
+        return (
+            f"gigatoken implements the split patterns of gpt2, r50k_base, cl100k_base and o200k_base, not {enc.name}'s"
+        )
+    if sorted(enc._mergeable_ranks.values()) != list(range(len(enc._mergeable_ranks))):
+        return f"gigatoken needs ranks 0..n-1 without gaps; {enc.name}'s have gaps"
+    return None
+
+
+def _build_gigatoken(enc: tiktoken.Encoding) -> Any:
+    os.environ.setdefault("RAYON_NUM_THREADS", "1")  # one thread per worker: the workers are the parallelism
+    from gigatoken.gigatoken_rs import BPETokenizer
+
+    with tempfile.TemporaryDirectory(prefix="tokembed-") as tmp:  # gigatoken reads ranks from a file only
+        path = Path(tmp) / f"{enc.name}.tiktoken"
+        path.write_bytes(dump_ranks(enc._mergeable_ranks))
+        return BPETokenizer.from_tiktoken(str(path), _SCHEMES[enc._pat_str], None)  # no specials: encode_ordinary
+
+
+class TokenEncoder:
+    """``encode_ordinary`` into a uint32 array through the chosen backend; ids are always tiktoken's.
+
+    Args:
+        enc: the tokenizer (any `tokembed.tokenizer.Tokenizer`).
+        backend: ``"auto"`` (gigatoken when installed and exact for ``enc``, else the tokenizer itself),
+            ``"tiktoken"`` (the tokenizer itself: the reference) or ``"gigatoken"`` (an error if it cannot).
+    """
+
+    def __init__(self, enc: Any, *, backend: str = "auto"):
+        if backend not in BACKENDS:
+            raise ValueError(f"tokenize backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+        self.enc = enc
+        problem = fast_backend_problem(enc) if backend != "tiktoken" else "asked for tiktoken"
+        if backend == "gigatoken" and problem:
+            raise ValueError(
+                f"the gigatoken backend cannot be used: {problem}; pass --tokenize-backend auto or tiktoken"
+            )
+        self._fast = None if problem else _build_gigatoken(enc)
+        self._chars = 0
+        if self._fast is not None and self._reference(_PROBE).tolist() != self._fast.encode(_PROBE).tolist():
+            warnings.warn(
+                f"gigatoken's ids differ from tiktoken's for {enc.name} on a probe text; using tiktoken", stacklevel=2
+            )
+            self._fast = None
+
+    @property
+    def backend(self) -> str:
+        """``"gigatoken"`` or ``"tiktoken"`` (the tokenizer's own encoder)."""
+        return "gigatoken" if self._fast is not None else "tiktoken"
+
+    def _reference(self, text: str) -> np.ndarray:
+        enc = self.enc
+        if hasattr(enc, "encode_to_numpy"):
+            try:  # no special allowed and none disallowed: exactly encode_ordinary, without a Python list
+                return enc.encode_to_numpy(text, allowed_special=set(), disallowed_special=())
+            except UnicodeEncodeError:
+                pass  # lone surrogates: encode_ordinary knows how to repair them
+        return np.asarray(enc.encode_ordinary(text), dtype=np.uint32)
+
+    def encode_ordinary(self, text: str) -> np.ndarray:
+        """Ids of ``text`` (special tokens in it are plain text), ``(n,)`` uint32."""
+        if self._fast is None:
+            return self._reference(text)
+        self._chars += len(text)
+        if self._chars > RESET_CHARS:
+            self._fast, self._chars = _build_gigatoken(self.enc), len(text)
+        try:
+            return self._fast.encode(text)
+        except TypeError:  # lone surrogates are not UTF-8: tiktoken repairs them
+            return self._reference(text)
+
+
+def token_encoder(enc: Any, backend: str = "auto") -> TokenEncoder:
+    """This process's `TokenEncoder` for ``enc`` (built once; a forked child builds its own)."""
+    return _encoder(enc, backend, os.getpid())
+
+
+@functools.lru_cache(maxsize=4)
+def _encoder(enc: Any, backend: str, pid: int) -> TokenEncoder:
+    del pid  # part of the key only: native state is never shared across fork
+    return TokenEncoder(enc, backend=backend)

@@ -1,0 +1,98 @@
+"""prepare's fast exact path (gigatoken) against tiktoken, the reference: the same ids on random Unicode,
+the chapter's five translations, the story, Python source, whitespace runs, long pieces and special tokens
+as text, and byte-identical shard folders whichever path wrote them."""
+
+from __future__ import annotations
+
+import glob
+import random
+import sysconfig
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import tokembed
+from tokembed.shards.prepare import prepare_corpus
+from tokembed.tokenizer.fast import TokenEncoder, fast_backend_problem
+
+NAMES = ["gpt2", "r50k_base", "cl100k_base", "o200k_base"]
+
+
+@pytest.fixture(scope="module", params=NAMES)
+def pair(request):
+    enc = tokembed.get_tokenizer(request.param)
+    fast = TokenEncoder(enc, backend="gigatoken")
+    assert fast.backend == "gigatoken"
+    return enc, fast
+
+
+def _code() -> list[str]:
+    files = sorted(glob.glob(sysconfig.get_paths()["stdlib"] + "/json/*.py"))[:6]
+    return [Path(f).read_text(encoding="utf-8") for f in files]
+
+
+def _whitespace_runs() -> list[str]:
+    rnd = random.Random(0)
+    ws = [" ", "\t", "\n", "\r\n", "\u3000", "\xa0", "\u2028", "\x0b", "\x0c"]
+    return [
+        "".join(rnd.choice(ws) * rnd.randint(1, 40) for _ in range(rnd.randint(1, 8))) + rnd.choice(["", "x", "!"])
+        for _ in range(300)
+    ]
+
+
+def _long_pieces() -> list[str]:
+    # Pieces over 500 bytes are where another candidate (riptoken 0.2.4) gives other ids than tiktoken.
+    return ["a" * 1001, "=" * 777, "-" * 600 + "\n", "\xa0" * 300 + "\u3000" * 300, "abcdefghij" * 80]
+
+
+def test_same_ids_on_the_chapter_code_and_whitespace(pair, story, spec_texts):
+    enc, fast = pair
+    specials = ["<|endoftext|>", "x<|endoftext|>y", "<|endofprompt|><|fim_prefix|>"]
+    for text in [story, *spec_texts, *_code(), *_whitespace_runs(), *_long_pieces(), *specials, ""]:
+        assert fast.encode_ordinary(text).tolist() == enc.encode_ordinary(text), text[:40]
+
+
+_FAST: dict[str, TokenEncoder] = {}
+
+
+def _fast(name: str) -> TokenEncoder:
+    if name not in _FAST:
+        _FAST[name] = TokenEncoder(tokembed.get_tokenizer(name), backend="gigatoken")
+    return _FAST[name]
+
+
+@settings(max_examples=150)
+@given(st.text(max_size=150))
+def test_same_ids_on_any_text(text):
+    for name in NAMES:
+        enc = tokembed.get_tokenizer(name)
+        fast = _fast(name)
+        assert fast.encode_ordinary(text).tolist() == enc.encode_ordinary(text)  # lone surrogates included
+
+
+def test_where_gigatoken_cannot_be_exact_it_is_not_used():
+    p50k = tokembed.get_tokenizer("p50k_base")
+    assert "gaps" in fast_backend_problem(p50k)
+    assert TokenEncoder(p50k).backend == "tiktoken"  # auto falls back
+    with pytest.raises(ValueError, match=r"the gigatoken backend cannot be used: gigatoken implements .* not bytes's"):
+        TokenEncoder(tokembed.get_tokenizer("bytes"), backend="gigatoken")
+    with pytest.raises(ValueError, match=r"tokenize backend must be one of auto, tiktoken, gigatoken, got 'rust'"):
+        TokenEncoder(p50k, backend="rust")
+    assert TokenEncoder(tokembed.get_tokenizer("gpt2")).backend == "gigatoken"  # auto: installed and exact
+
+
+@pytest.mark.parametrize("name", ["gpt2", "o200k_base"])
+def test_shards_are_byte_identical_whichever_path_wrote_them(tmp_path, story, spec_texts, name):
+    big = "\n\n".join([story, *spec_texts] * 2)
+    (tmp_path / "big.txt").write_text(big, encoding="utf-8")
+    (tmp_path / "docs.txt").write_text(story, encoding="utf-8")
+    inputs = [tmp_path / "big.txt", tmp_path / "docs.txt"]
+    folders = {}
+    for backend in ("tiktoken", "gigatoken"):
+        out = tmp_path / backend
+        prepare_corpus(inputs, out, tokenizer=name, backend=backend, shard_mb=0.03, workers=1, val_fraction=0.3)
+        folders[backend] = {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+    assert len(folders["tiktoken"]) > 4
+    assert folders["tiktoken"] == folders["gigatoken"]
