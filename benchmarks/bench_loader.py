@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -224,6 +225,48 @@ def bench_shards(args) -> dict:
     }
 
 
+# ----------------------------------------------------------------------------------------------- 1b. mixture
+
+
+def mixture_sources(root: Path) -> list[Path]:
+    """Three sources: hard-linked copies of the shard folder (distinct folders, no extra disk, the same pages)."""
+    out = []
+    for i in range(3):
+        dst = DATA / f"{root.name}-source{i}"
+        if not (dst / "manifest.json").exists():
+            shutil.copytree(root, dst, copy_function=os.link, dirs_exist_ok=True)
+        out.append(dst)
+    return out
+
+
+def bench_mixture(args, root: Path) -> dict:
+    """A `Mixture` of 3 sources (0.5/0.3/0.2) against the one folder, 8 x 1024 shuffled, timed in turns."""
+    import tokembed
+
+    b, t = 8, 1024
+    paths = mixture_sources(root)
+    mixture = tokembed.Mixture({paths[0]: 0.5, paths[1]: 0.3, paths[2]: 0.2})
+    one_run, mix_run = ours_run(root, b, t, args.batches), ours_run(mixture, b, t, args.batches)
+    rates: dict[str, list[float]] = {"one": [], "mix": [], "one_cpu": [], "mix_cpu": []}
+    for _ in range(args.repeats):  # in turns; CPU time too, which other jobs on a shared machine disturb less
+        for name, run in (("one", one_run), ("mix", mix_run)):
+            cpu = time.process_time()
+            tokens, sec = run()
+            rates[name].append(tokens / sec)
+            rates[name + "_cpu"].append(tokens / (time.process_time() - cpu))
+    best = {k: max(v) for k, v in rates.items()}
+    row = {"shape": f"{b} x {t}", "sources": 3, "weights": [0.5, 0.3, 0.2], "one_folder_tok_s": best["one"]}
+    row.update(mixture_tok_s=best["mix"], vs_one_folder=best["mix"] / best["one"])
+    row.update(one_folder_cpu_tok_s=best["one_cpu"], mixture_cpu_tok_s=best["mix_cpu"])
+    row["cpu_vs_one_folder"] = best["mix_cpu"] / best["one_cpu"]
+    print(
+        f"  mixture {b} x {t}: {row['mixture_tok_s'] / 1e6:.1f} M tok/s, {row['vs_one_folder']:.2f}x one folder "
+        f"({row['cpu_vs_one_folder']:.2f}x by CPU time)",
+        file=sys.stderr,
+    )
+    return row
+
+
 # ----------------------------------------------------------------------------------------------- 2. drop-in
 
 
@@ -346,6 +389,17 @@ def report(res: dict) -> str:
             f"{r['book_tok_s'] / 1e6:.2f} | {r['vs_copy']:.2f}x | {r['vs_nanogpt']:.1f}x | {r['vs_book']:.1f}x |"
         )
     lines += ["", f"tokembed at 8 x 1024 vs the book at 8 x 4: {s['ours_8x1024_vs_book_8x4']:.0f}x", ""]
+    m = res.get("mixture")
+    if m:
+        lines += [
+            "### A mixture of 3 sources (0.5 / 0.3 / 0.2) vs one folder, shuffled, the same run",
+            "",
+            "| batch x length | one folder (M tok/s) | mixture (M tok/s) | mixture / one folder | by CPU time |",
+            "|---|---:|---:|---:|---:|",
+            f"| {m['shape']} | {m['one_folder_tok_s'] / 1e6:.1f} | {m['mixture_tok_s'] / 1e6:.1f} | "
+            f"{m['vs_one_folder']:.2f}x | {m['cpu_vs_one_folder']:.2f}x |",
+            "",
+        ]
     lines += [
         "### The drop-in `create_dataloader_v1` vs the book's code (same process, ours first)",
         "",
@@ -381,6 +435,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="smaller corpus and fewer batches")
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--mixture-only", action="store_true", help="only the mixture row (results/loader-mixture.json)")
     args = p.parse_args()
     args.shard_mb, args.book_mb, args.dropin_mb = (20, 6, 2) if args.quick else (100, 16, 10)
     args.copy_mb = 64 if args.quick else 256
@@ -394,7 +449,15 @@ def main() -> None:
         "cpu_count": os.cpu_count(),
         "load_average_at_start": os.getloadavg(),
     }
+    if args.mixture_only:
+        root = ensure_shards(args.shard_mb)
+        warm(root)
+        res["mixture"] = bench_mixture(args, root)
+        print(json.dumps(res["mixture"], indent=1))
+        (RESULTS / "loader-mixture.json").write_text(json.dumps(res, indent=1) + "\n")
+        return
     res["shards"] = bench_shards(args)
+    res["mixture"] = bench_mixture(args, DATA / f"loader-shards-{args.shard_mb}mb")
     res["dropin"] = bench_dropin(args)
     res["seconds"] = time.time() - t0
     table = report(res)

@@ -4,6 +4,12 @@ same corpus, all measured in one run.
 
     .venv/bin/python benchmarks/bench_prepare.py            # 100 MB and 1 GB (a few minutes)
     .venv/bin/python benchmarks/bench_prepare.py --quick    # 20 MB and 200 MB
+    .venv/bin/python benchmarks/bench_prepare.py --parquet [--quick]   # Parquet against the same JSON Lines
+
+``--parquet`` measures the same documents as JSON Lines and as Parquet (pyarrow, the `text` column, row groups
+of 1,000 rows as `datasets` and datatrove write them; and row groups of a whole 100 MB copy, as
+``pyarrow.parquet.write_table`` writes a table, larger than a shard, which the planner reads and cuts): tokens/s
+at 1 and 2 workers on the base size, and peak memory of the base size and of one file 10x that size.
 
 Corpora are built offline by benchmarks/corpus.py under benchmarks/data/ (git-ignored): a JSON Lines corpus of
 /usr/share/doc texts and Python docstrings, a 10x larger input made of line-shuffled copies of it, and the same
@@ -245,6 +251,97 @@ def prepare(inp: Path, out: Path, workers: int) -> dict:
     return r
 
 
+def parquet_file(base: Path, copies: int, rows_per_group: int | None) -> Path:
+    """``base``'s documents as one Parquet file: ``copies`` line-shuffled copies, one ``write_table`` per copy,
+    in row groups of ``rows_per_group`` rows (None: one row group per copy)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    layout = f"rg{rows_per_group}" if rows_per_group else "rgcopy"
+    path = DATA / f"{base.stem}-x{copies}-{layout}.parquet"
+    if path.exists():
+        return path
+    lines = base.read_bytes().splitlines()
+    tmp = path.with_suffix(".tmp")
+    with pq.ParquetWriter(tmp, pa.schema([("text", pa.string())])) as w:
+        for k in range(copies):
+            if k:
+                random.Random(k).shuffle(lines)  # the same order as big_input's copies
+            table = pa.table({"text": [json.loads(line)["text"] for line in lines]})
+            w.write_table(table, row_group_size=rows_per_group or len(lines))
+    os.replace(tmp, path)
+    return path
+
+
+def parquet_main(args: argparse.Namespace, argv: list[str] | None) -> int:
+    """JSON Lines against Parquet (two row-group layouts), the same documents, in one run."""
+    size = 20 if args.quick else 100
+    load0 = os.getloadavg()[0]
+    base = corpus_file(size)
+    inputs = {
+        "jsonl": base,
+        "parquet": parquet_file(base, 1, 1000),
+        "parquet-large-groups": parquet_file(base, 1, None),
+    }
+    bigs = {
+        "jsonl": big_input(base, 10),
+        "parquet": parquet_file(base, 10, 1000),
+        "parquet-large-groups": parquet_file(base, 10, None),
+    }
+    work = DATA / "bench-out"
+    print(f"inputs: {', '.join(str(p) for p in (*inputs.values(), *bigs.values()))}; load {load0:.1f}", file=sys.stderr)
+    runs: dict[str, list[dict]] = {f"{k}-w{w}": [] for k in inputs for w in (1, 2)}
+    for rep in range(args.repeats):  # interleaved, so drift on a shared machine hits every configuration
+        for k, inp in inputs.items():
+            for w in (1, 2):
+                r = prepare(inp, work, w)
+                runs[f"{k}-w{w}"].append(r)
+                print(
+                    f"  {k} {size} MB, {w} worker(s), run {rep + 1}: {r['tokens_per_s']:,.0f} tokens/s, peak {r['peak_mb']:.0f} MB",
+                    file=sys.stderr,
+                )
+    best = {k: min(v, key=lambda r: r["prepare_seconds"]) for k, v in runs.items()}
+    big = {k: prepare(inp, work, 2) for k, inp in bigs.items()}
+    for k, r in big.items():
+        print(
+            f"  {k} {r['input_mb']:.0f} MB, 2 workers: {r['tokens_per_s']:,.0f} tokens/s, peak {r['peak_mb']:.0f} MB",
+            file=sys.stderr,
+        )
+    lines = [
+        "| input | format | tokens/s, 1 worker | tokens/s, 2 workers | peak MB, 2 workers | peak MB, 10x input | peak 10x / 1x |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for k in inputs:
+        b1, b2, r = best[f"{k}-w1"], best[f"{k}-w2"], big[k]
+        lines.append(
+            f"| {b1['input_mb']:.0f} MB / {r['input_mb']:.0f} MB | {k} | {b1['tokens_per_s']:,.0f} | {b2['tokens_per_s']:,.0f} "
+            f"| {b2['peak_mb']:.0f} | {r['peak_mb']:.0f} | {r['peak_mb'] / b2['peak_mb']:.2f}x |"
+        )
+    j1, j2 = best["jsonl-w1"]["tokens_per_s"], best["jsonl-w2"]["tokens_per_s"]
+    for k in ("parquet", "parquet-large-groups"):
+        lines.append(
+            f"\n{k} / jsonl tokens/s: {best[k + '-w1']['tokens_per_s'] / j1:.2f}x (1 worker), {best[k + '-w2']['tokens_per_s'] / j2:.2f}x (2 workers)"
+        )
+    lines.append(
+        f"\nbest of {args.repeats}; {os.cpu_count()} CPUs; load average {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end."
+    )
+    table = "\n".join(lines)
+    print(table)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    result = {
+        "command": "benchmarks/bench_prepare.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "machine": {"cpus": os.cpu_count(), "load_at_start": load0, "load_at_end": os.getloadavg()[0]},
+        "runs": runs,
+        "big_workers_2": big,
+        "table": table,
+    }
+    name = "prepare-parquet.json" if not args.quick else "prepare-parquet-quick.json"
+    (RESULTS / f"{name}.tmp").write_text(json.dumps(result, indent=2) + "\n")
+    os.replace(RESULTS / f"{name}.tmp", RESULTS / name)
+    shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="benchmark tokembed prepare")
     ap.add_argument("--quick", action="store_true", help="20 MB and 200 MB instead of 100 MB and 1 GB")
@@ -255,7 +352,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-big", action="store_true", help="skip the 10x input (and the memory ratio): throughput only")
     ap.add_argument("--no-threads", action="store_true", help="skip tiktoken's own thread pool baseline")
     ap.add_argument("--no-huge-text", action="store_true", help="skip the single-document memory runs (one .txt file)")
+    ap.add_argument("--parquet", action="store_true", help="only JSON Lines against Parquet, the same documents")
     args = ap.parse_args(argv)
+    if args.parquet:
+        return parquet_main(args, argv)
     size = 20 if args.quick else 100
     load0 = os.getloadavg()[0]
     base = corpus_file(size)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -186,3 +187,14 @@ def test_scheme_names_in_help_and_errors_are_the_registrys(capsys):
     assert (
         "invalid choice: 'xpos' (choose from " + ", ".join(map(repr, POSITIONAL_NAMES)) + ")" in capsys.readouterr().err
     )
+
+
+def test_stats_of_a_mixture_and_export_import_no_torch(tmp_path, shards):
+    shutil.copytree(shards, tmp_path / "copy")
+    source = ["--source", f"{shards}:0.7", "--source", f"{tmp_path / 'copy'}:0.3"]
+    proc, modules = run_child(tmp_path, RUN_MAIN, "stats", *source, "--max-length", "8", "--steps", "5")
+    assert proc.returncode == 0, proc.stderr
+    assert "torch" not in modules
+    proc, modules = run_child(tmp_path, RUN_MAIN, "export", str(shards), "--format", "megatron", str(tmp_path / "m"))
+    assert proc.returncode == 0, proc.stderr
+    assert "torch" not in modules and (tmp_path / "m.idx").is_file()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from handmade_shards import counting_docs, write_shards
+from handmade_shards import EOT, counting_docs, write_shards
 from tokembed.data.plan import rank_plan
 
 HERE = Path(__file__).resolve().parent
@@ -57,3 +57,41 @@ def test_torchrun_two_ranks_disjoint_and_complete(tmp_path, policy, workers):
     else:
         assert set(a) | set(b) == set(windows)  # complete
         assert len(a) + len(b) - len(windows) == plan.padded_windows  # overlap: the stated padding only
+
+
+def torchrun(n: int, *args) -> None:
+    env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
+    cmd = [
+        str(TORCHRUN),
+        "--standalone",
+        "--nproc_per_node",
+        str(n),
+        str(HERE / "dist_elastic_script.py"),
+        *map(str, args),
+    ]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun is not installed next to this Python")
+def test_torchrun_mixture_saved_at_two_ranks_resumes_at_one_and_three(tmp_path):
+    # Two sources whose tokens count from 0 and from 10000: a window's first tokens say which one it is.
+    write_shards(tmp_path / "a", counting_docs([[300, 41, 7], [250]]))
+    write_shards(tmp_path / "b", [[d + 10_000 for d in docs] for docs in counting_docs([[90, 80]])])
+    out, g, cut = tmp_path / "out", 6, 5
+    out.mkdir()
+    torchrun(2, tmp_path / "a", tmp_path / "b", out, "save", g, cut)
+
+    def steps(mode: str, world: int, key: str) -> list[list]:
+        ranks = [json.loads((out / f"{mode}-{world}-rank{r}.json").read_text()) for r in range(world)]
+        assert [rec["world"] for rec in ranks] == [world] * world  # taken from torch.distributed
+        return [[w for rec in ranks for w in rec[key][t]] for t in range(len(ranks[0][key]))]  # global batches
+
+    uninterrupted = steps("save", 2, "epoch")
+    assert len(uninterrupted) == (75 + 21) // g and all(len(b) == g for b in uninterrupted)
+    for world in (1, 3):
+        torchrun(world, tmp_path / "a", tmp_path / "b", out, "resume", g, cut)
+        assert steps("resume", world, "rest") == uninterrupted[cut:]  # the same windows, in the same global order
+    sources = [int(w[0] if w[0] != EOT else w[1]) >= 10_000 for b in uninterrupted for w in b]
+    assert abs(sum(sources) - 0.3 * len(sources)) < 1  # the mixture's proportion, exact

@@ -52,6 +52,47 @@ def large_corpus(tmp_path_factory, story, spec_texts):
     )
 
 
+@pytest.fixture(scope="module")
+def parquet_corpus(tmp_path_factory, story, spec_texts):
+    """The JSON Lines documents as Parquet: one file in row groups of 50 rows (the workers read them), one
+    in a single row group larger than a shard (the planner reads it and cuts it at rows)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    src = write_corpus(
+        tmp_path_factory.mktemp("killparquet-src"), [story, *spec_texts], seed=2, n_lines=3000, book_copies=1
+    )
+    d = tmp_path_factory.mktemp("killparquet")
+    texts = [json.loads(line)["text"] for line in (src / "docs.jsonl").read_text(encoding="utf-8").splitlines()]
+    pq.write_table(pa.table({"text": texts[:2000]}), d / "a.parquet", row_group_size=50)
+    pq.write_table(pa.table({"text": texts[2000:]}), d / "b.parquet")
+    return d
+
+
+@pytest.fixture(scope="module")
+def zstd_corpus(tmp_path_factory, story, spec_texts):
+    """The corpus compressed with zstd: JSON Lines in frames of 64 KB (as big corpora ship), the text in one."""
+    import zstandard
+
+    src = write_corpus(
+        tmp_path_factory.mktemp("killzstd-src"), [story, *spec_texts], seed=3, n_lines=3000, book_copies=1
+    )
+    d = tmp_path_factory.mktemp("killzstd")
+    c = zstandard.ZstdCompressor(level=3)
+    lines = (src / "docs.jsonl").read_bytes()
+    (d / "docs.jsonl.zst").write_bytes(b"".join(c.compress(lines[i : i + 65536]) for i in range(0, len(lines), 65536)))
+    (d / "zbook.txt.zst").write_bytes(c.compress((src / "zbook.txt").read_bytes()))
+    return d
+
+
+CASES = {  # corpus fixture, shard MB, at least this many .bin files
+    "many-units": ("kill_corpus", 0.05, 20),
+    "parts-and-pieces": ("large_corpus", 1.2, 4),
+    "parquet": ("parquet_corpus", 0.05, 20),
+    "zstd": ("zstd_corpus", 0.05, 20),
+}
+
+
 def prepare_cmd(src: Path, out: Path, workers: int, shard_mb: float = 0.05) -> list[str]:
     return [
         sys.executable,
@@ -85,9 +126,10 @@ def run_and_kill(cmd: list[str], after: float) -> bool:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", ["many-units", "parts-and-pieces"])
-def test_kill9_at_random_moments_then_resume_is_byte_identical(case, kill_corpus, large_corpus, tmp_path):
-    src, shard_mb, min_files = (kill_corpus, 0.05, 20) if case == "many-units" else (large_corpus, 1.2, 4)
+@pytest.mark.parametrize("case", list(CASES))
+def test_kill9_at_random_moments_then_resume_is_byte_identical(case, request, tmp_path):
+    fixture, shard_mb, min_files = CASES[case]
+    src = request.getfixturevalue(fixture)
     ref = tmp_path / "ref"
     t0 = time.perf_counter()
     subprocess.run(prepare_cmd(src, ref, 1, shard_mb), check=True)

@@ -53,3 +53,24 @@ def test_import_tokembed_does_not_import_ray():
     code = "import sys, tokembed, tokembed.shards.prepare, tokembed.shards.reader; print('ray' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+@pytest.mark.slow
+def test_ray_engine_on_parquet_and_zstd_gives_the_same_bytes(local_ray, tmp_path, spec_texts):
+    """The driver reads Parquet row groups and zstd frames and ships them: the same bytes as local workers."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import zstandard
+
+    src = tmp_path / "src"
+    src.mkdir()
+    texts = [f"{i}: {spec_texts[i % 5][(i * 53) % 2000 :][:600]}" for i in range(600)]
+    pq.write_table(pa.table({"text": texts}), src / "a.parquet", row_group_size=40)  # workers read these
+    pq.write_table(pa.table({"text": texts[::-1]}), src / "b.parquet")  # one row group larger than a shard
+    lines = "".join(json.dumps({"text": t}) + "\n" for t in texts).encode()
+    c = zstandard.ZstdCompressor()
+    (src / "c.jsonl.zst").write_bytes(b"".join(c.compress(lines[i : i + 20000]) for i in range(0, len(lines), 20000)))
+    prepare_corpus([src], tmp_path / "local", workers=1, shard_mb=0.02, val_fraction=0.2)
+    res = prepare_corpus([src], tmp_path / "ray", engine="ray", shard_mb=0.02, val_fraction=0.2)
+    assert res.units >= 10
+    assert folder_bytes(tmp_path / "local") == folder_bytes(tmp_path / "ray")

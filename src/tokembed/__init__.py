@@ -37,6 +37,7 @@ _PUBLIC = {
     "encode_text": "data.windows",
     "window_count": "data.plan",
     "WindowLoader": "data.loader",
+    "Mixture": "data.mixture",
     "create_dataloader": "data.loader",
     # batches -> embeddings
     "TokenEmbedding": "embeddings",

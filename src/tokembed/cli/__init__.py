@@ -49,7 +49,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # a reader that stopped early (`| head`) shows up here, not at exit
+        return code
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to say, and no one to hear it
+        return 0
     except USER_ERRORS as e:
         if os.environ.get("TOKEMBED_DEBUG"):
             raise

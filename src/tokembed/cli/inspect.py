@@ -265,7 +265,28 @@ def _export_format(out: str, given: str | None) -> str:
     return by_suffix[suffix]
 
 
+def _cmd_export_shards(args) -> int:
+    """``tokembed export SHARDS --format megatron|nanogpt OUT``: token data for other trainers (no torch)."""
+    from tokembed.shards.export import export_shards
+
+    result = export_shards(args.source, args.output, format=args.format, overwrite=args.force)
+    if args.format == "megatron":
+        print(
+            f"wrote {result['prefix']}.bin/.idx: {result['documents']:,} documents, {result['tokens']:,} tokens ({result['dtype']})"
+        )
+        return 0
+    for split, f in result["files"].items():
+        print(f"wrote {f['path']}: {f['tokens']:,} tokens of the {split} split")
+    if "val" not in result["files"]:
+        print(
+            f"note: {args.source} has no val split, so no val.bin (nanoGPT's train.py reads one); prepare with --val-fraction"
+        )
+    return 0
+
+
 def _cmd_export(args) -> int:
+    if args.format in ("megatron", "nanogpt"):
+        return _cmd_export_shards(args)
     import torch
 
     from tokembed.inspection.export import export_table
@@ -433,15 +454,27 @@ def _register_report(subparsers) -> None:
 
 def _register_export(subparsers) -> None:
     e = subparsers.add_parser(
-        "export", help="write a table for TensorBoard's projector, word2vec tools, numpy or safetensors"
+        "export",
+        help="write a table for TensorBoard's projector, word2vec tools, numpy or safetensors; "
+        "or a shard folder for Megatron-LM or nanoGPT",
     )
-    e.add_argument("source", metavar="SOURCE", help="checkpoint directory, .npy/.safetensors table, or GPT-2 weights")
-    e.add_argument("output", metavar="OUT", help="file to write; a folder for --format projector")
+    e.add_argument(
+        "source",
+        metavar="SOURCE",
+        help="checkpoint directory, .npy/.safetensors table, or GPT-2 weights; a shard folder for megatron/nanogpt",
+    )
+    e.add_argument(
+        "output",
+        metavar="OUT",
+        help="file to write; a folder for --format projector and nanogpt (train.bin, val.bin); "
+        "a prefix for megatron (OUT.bin, OUT.idx)",
+    )
     e.add_argument(
         "--format",
         "-f",
-        choices=["projector", "word2vec", "npy", "safetensors"],
-        help="default: from OUT's suffix (.npy, .safetensors, .txt/.vec = word2vec, none = projector)",
+        choices=["projector", "word2vec", "npy", "safetensors", "megatron", "nanogpt"],
+        help="default: from OUT's suffix (.npy, .safetensors, .txt/.vec = word2vec, none = projector); "
+        "megatron: Megatron-LM's indexed dataset of the train split; nanogpt: uint16 train.bin/val.bin",
     )
     e.add_argument(
         "--top",

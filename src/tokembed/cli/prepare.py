@@ -19,16 +19,21 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _add_prepare(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "prepare",
-        help="tokenize text/markdown/JSON Lines (optionally .gz) into token shards",
+        help="tokenize text/markdown/JSON Lines (optionally .gz or .zst) and Parquet into token shards",
         description="Tokenize a corpus into a shard folder: parallel, streaming, crash-safe (rerun the same command to resume).",
     )
     p.add_argument(
         "inputs", nargs="+", metavar="INPUT", help="files, folders (recursive), glob patterns, or - for standard input"
     )
     p.add_argument("--out", "-o", type=Path, required=True, help="the shard folder to create or resume")
-    p.add_argument("--field", default="text", help="JSON Lines field holding the text (default: text)")
     p.add_argument(
-        "--format", choices=["auto", "text", "jsonl"], default="auto", help="for stdin and files without a known suffix"
+        "--field", default="text", help="JSON Lines field or Parquet column holding the text (default: text)"
+    )
+    p.add_argument(
+        "--format",
+        choices=["auto", "text", "jsonl", "parquet"],
+        default="auto",
+        help="for stdin and files without a known suffix",
     )
     p.add_argument(
         "--val-fraction",
@@ -72,8 +77,32 @@ def _add_folder_commands(sub: argparse._SubParsersAction) -> None:
     c.add_argument("dir", type=Path)
     c.set_defaults(func=run_check)
 
-    s = sub.add_parser("stats", help="documents, tokens per input file, and the window plan of a shard folder")
-    s.add_argument("dir", type=Path)
+    _register_stats(sub)
+
+    m = sub.add_parser("merge", help="finish a folder written by `prepare --rank R --world-size N` on several machines")
+    m.add_argument("dir", type=Path)
+    m.set_defaults(func=run_merge)
+
+
+def _register_stats(sub: argparse._SubParsersAction) -> None:
+    s = sub.add_parser(
+        "stats",
+        help="documents, tokens, shards and the window plan of a shard folder (per input file with --per-file); "
+        "or, with --source, the epochs of each source of a mixture that a run reads",
+    )
+    s.add_argument("dir", type=Path, nargs="?", help="a shard folder (or leave it out and give --source)")
+    s.add_argument(
+        "--source",
+        action="append",
+        metavar="PATH:WEIGHT",
+        help="a source of a mixture and its relative weight; repeat for each (as `tokembed train --source`)",
+    )
+    s.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="with --source: the run's steps of batch-size x world-size windows (default: one nominal epoch)",
+    )
     s.add_argument("--max-length", type=int, default=256)
     s.add_argument("--stride", type=int, default=None, help="default: max-length")
     s.add_argument("--batch-size", type=int, default=8)
@@ -83,12 +112,9 @@ def _add_folder_commands(sub: argparse._SubParsersAction) -> None:
         default=1,
         help="ranks sharing each epoch: also print the batches per rank (tokembed.data.plan)",
     )
-    s.add_argument("--json", action="store_true", help="print JSON")
+    s.add_argument("--per-file", action="store_true", help="also print one row per input file")
+    s.add_argument("--json", action="store_true", help="print JSON (everything, per file included)")
     s.set_defaults(func=run_stats)
-
-    m = sub.add_parser("merge", help="finish a folder written by `prepare --rank R --world-size N` on several machines")
-    m.add_argument("dir", type=Path)
-    m.set_defaults(func=run_merge)
 
 
 def _tokenizer_args(p: argparse.ArgumentParser) -> None:
@@ -168,46 +194,85 @@ def run_check(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_mixture_stats(args: argparse.Namespace) -> int:
+    from tokembed.data.mixture import Mixture, parse_source
+    from tokembed.data.stats import mixture_stats
+
+    mixture = Mixture([parse_source(s) for s in args.source])
+    g = args.batch_size * args.world_size
+    st = mixture_stats(mixture, steps=args.steps, global_batch_size=g, max_length=args.max_length, stride=args.stride)
+    if args.json:
+        print(json.dumps(st, indent=2))
+        return 0
+    print(
+        f"{st['steps']:,} steps of {g} windows (batch-size {args.batch_size} x world-size {args.world_size}): {st['windows_read']:,} windows"
+    )
+    print(f"{'source':<40}{'weight':>10}{'tokens':>15}{'windows':>13}{'read':>13}{'epochs':>10}")
+    for r in st["sources"]:
+        path = r["path"] if len(r["path"]) <= 39 else "..." + r["path"][-36:]
+        epochs = f"{r['epochs']:.3f}" if r["epochs"] is not None else "-"
+        print(
+            f"{path:<40}{r['weight']:>10.6g}{r['tokens']:>15,}{r['windows']:>13,}{r['windows_read']:>13,}{epochs:>10}"
+        )
+    return 0
+
+
 def run_stats(args: argparse.Namespace) -> int:
     from tokembed.data.plan import add_rank_plans
     from tokembed.data.stats import shard_stats
+
+    if (args.dir is None) == (not args.source):
+        raise ValueError("give a shard folder DIR or --source PATH:WEIGHT options (a mixture), not both or neither")
+    if args.source:
+        return run_mixture_stats(args)
 
     st = shard_stats(args.dir, max_length=args.max_length, stride=args.stride, batch_size=args.batch_size)
     add_rank_plans(st, world_size=args.world_size)  # per-rank batches: the arithmetic the loader follows
     if args.json:
         print(json.dumps(st, indent=2))
         return 0
-    print(f"{st['root']}: tokenizer {st['tokenizer']}, dtype {st['dtype']}")
-    print(
-        f"{'split':<8}{'documents':>12}{'tokens':>15}{'shards':>8}{'windows':>13}{'batches':>10}{'dropped win':>12}{'tail tok':>10}"
-    )
+    lines = _stats_summary(st)
+    lines += ["", *_stats_per_file(st)] if args.per_file else ["(per input file: add --per-file)"]
+    print("\n".join(lines))
+    return 0
+
+
+def _stats_summary(st: dict) -> list[str]:
+    """Per split: documents, tokens, shards, windows and batches per rank; the plan they assume."""
+    n_bytes = sum(f.get("bytes") or 0 for f in st["inputs"])
+    lines = [
+        f"{st['root']}: {len(st['inputs'])} input files ({n_bytes:,} bytes), tokenizer {st['tokenizer']}, dtype {st['dtype']}",
+        f"{'split':<8}{'documents':>12}{'tokens':>15}{'shards':>8}{'windows':>13}{'batches/rank':>14}",
+    ]
     for name, s in st["splits"].items():
-        pl = s["plan"]
-        print(
-            f"{name:<8}{s['documents']:>12,}{s['tokens']:>15,}{s['shards']:>8}{pl['windows']:>13,}{pl['batches']:>10,}{pl['dropped_windows']:>12,}{pl['tail_tokens']:>10,}"
-        )
+        windows, per_rank = s["plan"]["windows"], s["rank_plan"]["batches"]
+        lines.append(f"{name:<8}{s['documents']:>12,}{s['tokens']:>15,}{s['shards']:>8}{windows:>13,}{per_rank:>14,}")
     pl = next(iter(st["splits"].values()))["plan"]
-    print(
+    lines.append(
         f"plan: max_length={pl['max_length']}, stride={pl['stride']}, batch_size={pl['batch_size']}, drop_last={pl['drop_last']}"
     )
     for name, s in st["splits"].items():
-        rp = s["rank_plan"]
-        print(
+        rp, pl = s["rank_plan"], s["plan"]
+        lines.append(
             f"{name}: {rp['batches']:,} batches per rank x world_size={rp['world_size']} (last batch {rp['last_batch_size']} windows, "
-            f"{rp['dropped_windows']:,} windows dropped, {rp['padded_windows']:,} padded per epoch)"
+            f"{rp['dropped_windows']:,} windows dropped, {rp['padded_windows']:,} padded per epoch; {pl['tail_tokens']:,} tail tokens)"
         )
-    print()
-    print(
+    return lines
+
+
+def _stats_per_file(st: dict) -> list[str]:
+    """One row per input file: documents, tokens, tokens per character and byte, what was skipped or replaced."""
+    lines = [
         f"{'input':<40}{'documents':>11}{'tokens':>14}{'tok/char':>9}{'tok/byte':>9}{'empty':>7}{'replaced':>9}{'bad lines':>10}"
-    )
+    ]
     for f in st["inputs"]:
         path = f["path"] if len(f["path"]) <= 39 else "..." + f["path"][-36:]
         tpc = f"{f['tokens_per_char']:.3f}" if f["tokens_per_char"] is not None else "-"
         tpb = f"{f['tokens_per_byte']:.3f}" if f["tokens_per_byte"] is not None else "-"
-        print(
+        lines.append(
             f"{path:<40}{f['documents']:>11,}{f['tokens']:>14,}{tpc:>9}{tpb:>9}{f['empty']:>7,}{f['replaced']:>9,}{f['bad_lines']:>10,}"
         )
-    return 0
+    return lines
 
 
 def run_merge(args: argparse.Namespace) -> int:

@@ -39,7 +39,16 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "data",
-        help="a shard folder (tokembed prepare) or a UTF-8 text file (its last 10%% of tokens is held out for validation)",
+        nargs="?",
+        help="a shard folder (tokembed prepare) or a UTF-8 text file (its last 10%% of tokens is held out for validation); "
+        "or leave it out and give --source",
+    )
+    p.add_argument(
+        "--source",
+        action="append",
+        metavar="PATH:WEIGHT",
+        help="train on a mixture: repeat for each shard folder (or Megatron prefix) and its relative weight, "
+        "e.g. --source shards/web:0.7 --source shards/code:0.3 (exact proportions; see docs/loading.md)",
     )
     p.add_argument(
         "--out", required=True, type=Path, help="checkpoint directory (written atomically; --resume continues it)"
@@ -171,6 +180,19 @@ def _add_experiment(sub: argparse._SubParsersAction) -> None:
     pos.set_defaults(func=run_experiment)
 
 
+def _train_data(args: argparse.Namespace):
+    """DATA, or the `Mixture` of the --source PATH:WEIGHT options (exactly one of the two)."""
+    if (args.data is None) == (not args.source):
+        raise ValueError(
+            "give the training data either as DATA or as --source PATH:WEIGHT options (repeated), not both or neither"
+        )
+    if args.data is not None:
+        return args.data
+    from tokembed.data.mixture import Mixture, parse_source
+
+    return Mixture([parse_source(s) for s in args.source])
+
+
 def run_train(args: argparse.Namespace) -> int:
     from tokembed.model.checkpoint import read_checkpoint_config
     from tokembed.model.config import GPTConfig
@@ -181,17 +203,18 @@ def run_train(args: argparse.Namespace) -> int:
     train_fields = [f.name for f in fields(TrainConfig) if f.name not in ("data", "out")]
     given = {k: getattr(args, k) for k in train_fields if getattr(args, k, None) is not None}
     model_config = None
+    data = _train_data(args)
     if args.resume:
         saved = read_checkpoint_config(args.out)
         base = {k: v for k, v in saved["train"].items() if k not in ("data", "out")}
-        if Path(args.data).resolve() != Path(saved["train"]["data"]).resolve():
-            raise ValueError(f"--resume: the checkpoint was trained on {saved['train']['data']}, not {args.data}")
+        if TrainConfig(data=data, out=str(args.out)).data != TrainConfig(data=saved["train"]["data"], out="").data:
+            raise ValueError(f"--resume: the checkpoint was trained on {saved['train']['data']}, not {data}")
         config = TrainConfig(data=saved["train"]["data"], out=str(args.out), **{**base, **given})
     else:
         if args.max_length is None and args.context_length is not None:
             # Windows as long as the model's context unless asked otherwise (never longer).
             given["max_length"] = min(args.context_length, TrainConfig.__dataclass_fields__["max_length"].default)
-        config = TrainConfig(data=args.data, out=str(args.out), **given)
+        config = TrainConfig(data=data, out=str(args.out), **given)
         names = (
             "positional",
             "dim",

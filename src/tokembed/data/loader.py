@@ -19,6 +19,18 @@ The tail, fewer than ``W*B`` positions after the last full step, is
   at most ``W-1`` windows, seen twice), so every rank takes the same number of steps.
 
 Each batch is gathered in one vectorized step by `SlidingWindowDataset.gather`.
+
+Elastic resume. A step is one *global batch* of ``G = W*B`` positions and rank ``r`` reads its part
+``[r*B, (r+1)*B)`` of it, so the positions of step ``t`` do not depend on how they are dealt out:
+``state_dict()`` records the epoch and the steps done, which is a position in the global order, and
+a loader with another world size ``M`` and ``batch_size = G / M`` resumes it. Together its ranks read
+exactly the windows the ``W`` ranks would have read next (with ``drop_last=False`` the last, shared-out
+step pads a different number of windows: ``ceil(R/M)*M - R``). ``global_batch_size=G`` in
+`create_dataloader` works out ``B`` from the world size.
+
+A `tokembed.Mixture` has no tail: its global order never ends, and epoch ``e`` is its steps
+``[e*S, (e+1)*S)`` with ``S = len(dataset) // G``; position ``p`` of the order is a window of one
+source, chosen by the mixture's quota schedule (`tokembed.data.mixture_windows`).
 """
 
 from __future__ import annotations
@@ -32,6 +44,7 @@ import numpy as np
 import torch
 
 from tokembed._checks import check_int, check_positive_int
+from tokembed.data.mixture_windows import MixtureWindows
 from tokembed.data.plan import RankPlan, rank_plan
 from tokembed.data.shuffle import FeistelPermutation
 from tokembed.data.windows import SlidingWindowDataset
@@ -133,6 +146,20 @@ class _Epoch:
             yield self.tail()[None]
 
 
+class _MixtureEpoch(_Epoch):
+    """Epoch ``e`` of a mixture for one rank: global steps ``[e*S, (e+1)*S)`` of the never-ending order."""
+
+    def __init__(self, dataset: MixtureWindows, plan: RankPlan, rank: int, *, shuffle: bool, seed: int, epoch: int):
+        self.n, self.plan, self.rank, self.perm = plan.windows, plan, rank, None
+        self.dataset, self.shuffle, self.seed = dataset, shuffle, seed
+        self.first = epoch * plan.windows  # the epoch's first slot (plan.windows = S * G, no tail)
+
+    def windows(self, ts: np.ndarray) -> np.ndarray:
+        """Coded windows (`MixtureWindows.codes`) of this rank's batches ``ts``: (K, B)."""
+        slots = self.first + super().windows(ts)  # (K, B) slots of the global order
+        return self.dataset.codes(slots, shuffle=self.shuffle, seed=self.seed)
+
+
 class _BufferPool:
     """Output arrays recycled once nothing outside the pool refers to them any more.
 
@@ -219,9 +246,11 @@ class WindowLoader:
         )
         self.num_workers = config.num_workers
         self.rank, self.world_size = resolve_rank(rank, world_size)
-        self.plan = rank_plan(
-            len(dataset), batch_size=self.batch_size, world_size=self.world_size, drop_last=self.drop_last
-        )
+        self.global_batch_size = self.batch_size * self.world_size
+        n = len(dataset)
+        if isinstance(dataset, MixtureWindows):  # whole steps only: the order goes on into the next epoch
+            n = n // self.global_batch_size * self.global_batch_size
+        self.plan = rank_plan(n, batch_size=self.batch_size, world_size=self.world_size, drop_last=self.drop_last)
         if self.plan.batches == 0:
             raise ValueError(
                 f"the source gives {len(dataset)} windows, fewer than batch_size={self.batch_size} x world_size={self.world_size}, "
@@ -248,6 +277,10 @@ class WindowLoader:
             self._iter_id += 1  # an iterator of the previous epoch no longer updates the state
 
     def _epoch_arith(self) -> _Epoch:
+        if isinstance(self.dataset, MixtureWindows):
+            return _MixtureEpoch(
+                self.dataset, self.plan, self.rank, shuffle=self.shuffle, seed=self.seed, epoch=self._epoch
+            )
         return _Epoch(len(self.dataset), self.plan, self.rank, shuffle=self.shuffle, seed=self.seed, epoch=self._epoch)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
@@ -299,6 +332,8 @@ class WindowLoader:
             "seed": self.seed,
             "drop_last": self.drop_last,
             "world_size": self.world_size,
+            **(self.dataset.mixture.state_entries() if isinstance(ds, MixtureWindows) else {}),
+            "global_batch_size": self.global_batch_size,
         }
 
     def state_dict(self) -> dict[str, Any]:
@@ -331,8 +366,12 @@ class WindowLoader:
             raise ValueError(
                 f"loader state version {state.get('version')!r} is not {STATE_VERSION}; it was saved by another tokembed version"
             )
-        mine, theirs = self._config(), state.get("config", {})
+        mine, theirs = self._config(), dict(state.get("config", {}))
+        if "global_batch_size" not in theirs and {"batch_size", "world_size"} <= theirs.keys():  # older states
+            theirs["global_batch_size"] = theirs["batch_size"] * theirs["world_size"]
         diff = [k for k in mine if theirs.get(k) != mine[k]]
+        if theirs.get("global_batch_size") == mine["global_batch_size"]:
+            diff = [k for k in diff if k not in ("batch_size", "world_size")]  # elastic: the same global order
         if diff:
             what = ", ".join(f"{k}={theirs.get(k)!r} (this loader: {mine[k]!r})" for k in diff)
             other = "another dataset: " if "data" in diff or "n_tokens" in diff else ""
@@ -348,10 +387,32 @@ class WindowLoader:
         self._iter_id += 1
 
 
+def _per_rank_batch(batch_size, global_batch_size, rank, world_size) -> int:
+    """``batch_size``, or ``global_batch_size / world_size`` (which must divide)."""
+    if global_batch_size is None:
+        if batch_size is None:
+            raise TypeError(
+                "create_dataloader() needs batch_size (windows per rank) or global_batch_size (over all ranks)"
+            )
+        return batch_size
+    g = check_positive_int("global_batch_size", global_batch_size)
+    _, w = resolve_rank(rank, world_size)
+    if g % w:
+        raise ValueError(
+            f"global_batch_size={g} is not divisible by world_size={w}: every rank reads the same number of windows; "
+            f"use a multiple of {w} (e.g. {g // w * w or w}) or another number of ranks"
+        )
+    if batch_size is not None and batch_size * w != g:
+        raise ValueError(
+            f"batch_size={batch_size} x world_size={w} is not global_batch_size={g}; give only one of them"
+        )
+    return g // w
+
+
 def create_dataloader(
     source,
     *,
-    batch_size: int,
+    batch_size: int | None = None,
     max_length: int | None = None,
     stride: int | None = None,
     shuffle: bool = True,
@@ -366,13 +427,15 @@ def create_dataloader(
     pin_memory: bool = False,
     prefetch_factor: int | None = None,
     multiprocessing_context: str | None = None,
+    global_batch_size: int | None = None,
 ) -> WindowLoader:
     """Batches of the chapter's windows from a shard folder, a token array or a text, at memory speed.
 
     Args:
-        source: a shard folder (``Path``, or ``str`` of an existing folder), a 1-D token array, a text,
-            or a `SlidingWindowDataset` (then ``max_length``/``stride`` may be left out).
-        batch_size: windows per batch (``B``).
+        source: a shard folder (``Path``, or ``str`` of an existing folder), a Megatron dataset prefix, a
+            `tokembed.Mixture` of those, a 1-D token array, a text, or a `SlidingWindowDataset` (then
+            ``max_length``/``stride`` may be left out).
+        batch_size: windows per batch on this rank (``B``); or give ``global_batch_size``.
         max_length: tokens per window (``T``).
         stride: tokens between window starts; default ``max_length``.
         shuffle: a new pseudo-random order each epoch, without replacement, fixed by ``(seed, epoch)``.
@@ -383,6 +446,8 @@ def create_dataloader(
         rank, world_size: this process's share; default torch.distributed's when initialised, else 0 of 1.
         within_documents, split, verify: see `SlidingWindowDataset`.
         pin_memory, prefetch_factor, multiprocessing_context: passed to the workers' DataLoader.
+        global_batch_size: windows per step over all ranks (``G``); ``batch_size`` is then ``G / world_size``.
+            A state saved at one world size resumes at another with the same ``G`` (see the module's notes).
 
     Returns:
         A `WindowLoader`: iterate for ``(inputs, targets)``, int64 (B, T) each; ``len()``, ``set_epoch``,
@@ -390,8 +455,10 @@ def create_dataloader(
 
     Raises:
         ValueError: sizes below 1, a rank outside world_size, a source too short for one window or for
-            one step of batch_size x world_size windows with drop_last, a damaged shard folder.
+            one step of batch_size x world_size windows with drop_last, a damaged shard folder, a
+            global_batch_size that world_size does not divide.
     """
+    batch_size = _per_rank_batch(batch_size, global_batch_size, rank, world_size)
     # Options first: a bad one is reported before a text is tokenized or shards are opened.
     config = LoaderConfig(
         batch_size=batch_size,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["FeistelPermutation"]
+__all__ = ["FeistelFamily", "FeistelPermutation"]
 
 
 # splitmix64's constants: a cheap, well-mixing 64-bit hash for the Feistel round function.
@@ -67,3 +67,44 @@ class FeistelPermutation:
             x[idx] = self._network(x[idx])
             out[idx] = x[idx] >= np.uint64(self.n)
         return x.astype(np.int64).reshape(p.shape)
+
+
+class FeistelFamily:
+    """Several `FeistelPermutation`s evaluated in one vectorized pass: element ``i`` goes through ``perms[group[i]]``.
+
+    The same network, element by element, with each element's own width, keys and domain, so the result
+    equals ``perms[g](positions)`` for every group ``g`` (tested); a mixture evaluates the orders of all its
+    sources' epochs in a block with one call instead of one per (source, epoch).
+    """
+
+    def __init__(self, perms: list[FeistelPermutation]) -> None:
+        self.n = np.array([p.n for p in perms], dtype=np.uint64)  # (G,)
+        self.bits = np.array([p.bits for p in perms], dtype=np.uint64)  # (G,)
+        self.keys = np.stack([p.keys for p in perms])  # (G, rounds)
+        self.splits = np.array([p._splits for p in perms], dtype=np.uint64)  # (G, rounds)
+
+    def _network(self, x: np.ndarray, g: np.ndarray) -> np.ndarray:
+        one, bits = np.uint64(1), self.bits[g]
+        for r in range(self.keys.shape[1]):
+            s = self.splits[g, r]
+            rest = bits - s
+            hi, lo = x >> s, x & ((one << s) - one)
+            f = _mix64(lo, self.keys[g, r]) & ((one << rest) - one)
+            x = (lo << rest) | (hi ^ f)  # as FeistelPermutation._network, with per-element widths and keys
+        return x
+
+    def __call__(self, positions: np.ndarray, group: np.ndarray) -> np.ndarray:
+        """Window indices of ``positions`` (int64), each in the permutation ``group`` selects: same shape."""
+        p = np.asarray(positions, dtype=np.int64).ravel()
+        g = np.asarray(group, dtype=np.int64).ravel()
+        n = self.n[g]
+        x = np.zeros(len(p), dtype=np.uint64)  # a domain of one window: always 0 (as FeistelPermutation)
+        live = np.flatnonzero(n > 1)
+        x[live] = self._network(p[live].astype(np.uint64), g[live])
+        out = np.zeros(len(p), dtype=bool)
+        out[live] = x[live] >= n[live]
+        while out.any():  # cycle walking, as FeistelPermutation
+            idx = np.flatnonzero(out)
+            x[idx] = self._network(x[idx], g[idx])
+            out[idx] = x[idx] >= n[idx]
+        return x.astype(np.int64).reshape(np.shape(positions))

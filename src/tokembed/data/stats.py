@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from tokembed._checks import check_int, check_positive_int
 from tokembed.data.plan import plan
 from tokembed.shards.format import read_manifest
 
-__all__ = ["shard_stats"]
+__all__ = ["mixture_stats", "shard_stats"]
 
 
 def shard_stats(
@@ -56,3 +57,52 @@ def shard_stats(
         row["tokens_per_byte"] = f["tokens"] / f["text_bytes"] if f.get("text_bytes") else None
         out["inputs"].append(row)
     return out
+
+
+def mixture_stats(
+    mixture,
+    *,
+    steps: int | None = None,
+    global_batch_size: int = 8,
+    max_length: int = 256,
+    stride: int | None = None,
+    split: str = "train",
+) -> dict[str, Any]:
+    """What a run of ``steps`` global batches reads of each source of a `tokembed.Mixture` (torch-free).
+
+    The counts follow the loader's arithmetic: the run reads slots ``[0, steps * global_batch_size)``
+    of the mixture's global order, and source ``i`` gives ``schedule.counts(slots)[i]`` of them.
+
+    Args:
+        mixture: the `Mixture`.
+        steps: optimizer steps (global batches); default one nominal epoch (the sources' windows // G).
+        global_batch_size: windows per step over all ranks (``G``).
+        max_length, stride: the window options (``stride`` defaults to ``max_length``), as the loader's.
+        split: the sources' split.
+
+    Returns:
+        ``{"steps", "global_batch_size", "windows_read", "sources": [{"path", "weight", "tokens",
+        "windows", "windows_read", "epochs"}]}``; ``epochs`` is windows read / windows (a float).
+    """
+    from tokembed.shards.reader import open_shards
+
+    g = check_positive_int("global_batch_size", global_batch_size)
+    stride = max_length if stride is None else stride
+    tokens = [open_shards(p, split=split).n_tokens for p in mixture.paths]
+    windows = [plan(n, max_length=max_length, stride=stride, batch_size=1).windows for n in tokens]
+    if steps is None:
+        steps = max(1, sum(windows) // g)
+    slots = check_int("steps", steps, min=0) * g
+    read = mixture.schedule.counts(slots).tolist()
+    rows = [
+        {
+            "path": str(p),
+            "weight": float(w),
+            "tokens": n,
+            "windows": k,
+            "windows_read": r,
+            "epochs": r / k if k else None,
+        }
+        for p, w, n, k, r in zip(mixture.paths, mixture.weights, tokens, windows, read)
+    ]
+    return {"steps": steps, "global_batch_size": g, "windows_read": slots, "sources": rows}

@@ -22,6 +22,7 @@ from tokembed._checks import check_positive_int
 from tokembed.data.plan import window_count
 from tokembed.shards import format as shard_format
 from tokembed.shards import reader as shard_reader
+from tokembed.shards.megatron import is_megatron_prefix
 from tokembed.tokenizer import ENDOFTEXT, get_tokenizer
 from tokembed.tokenizer.gpt2 import GPT2_EOT
 
@@ -98,6 +99,13 @@ def _collate_windows(batch):
 # GPT2_EOT (from the gpt2 definition): the document separator in token arrays without an index or tokenizer.
 
 
+def _names_shards(source: object) -> bool:
+    """A str naming an existing shard folder or Megatron prefix (any other str is a text)."""
+    if not isinstance(source, str) or len(source) >= 4096 or "\n" in source:
+        return False
+    return os.path.isdir(source) or is_megatron_prefix(source)
+
+
 class SlidingWindowDataset(Dataset):
     """The chapter's sliding windows over a shard folder, a token array or a text, computed on demand.
 
@@ -114,8 +122,10 @@ class SlidingWindowDataset(Dataset):
 
     Args:
         source: a shard folder (``pathlib.Path``, a ``str`` naming an existing folder, or a
-            ``tokembed.shards.reader.ShardSet``), a 1-D integer token array (numpy, torch or a list), or a
-            text (any other ``str``; encoded once with GPT-2's tokenizer as the chapter does).
+            ``tokembed.shards.reader.ShardSet``), a Megatron dataset prefix (``out/prefix`` of
+            ``out/prefix.bin``/``.idx``), a `tokembed.Mixture` of those, a 1-D integer token array
+            (numpy, torch or a list), or a text (any other ``str``; encoded once with GPT-2's tokenizer
+            as the chapter does).
         max_length: tokens per window (``T``).
         stride: tokens between consecutive window starts; default ``max_length`` (no overlap).
         within_documents: keep every window inside one document. Documents come from the shards'
@@ -134,6 +144,14 @@ class SlidingWindowDataset(Dataset):
             a shard folder that fails its manifest check (names the shard, points at ``tokembed check``).
         TypeError: a source of another type, or a non-integer array.
     """
+
+    def __new__(cls, source=None, *args, **kwargs):
+        # A source that names its own windows (a tokembed.Mixture: MixtureWindows) gets them, so it is
+        # accepted wherever a shard folder is.
+        variant = getattr(source, "window_dataset_class", None)
+        if cls is SlidingWindowDataset and variant is not None:
+            cls = variant()
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -160,9 +178,7 @@ class SlidingWindowDataset(Dataset):
     # -- construction ------------------------------------------------------------------------------
 
     def _open(self, source, *, split, verify, eot_token, tokenizer) -> None:
-        if isinstance(source, (shard_reader.ShardSet, os.PathLike)) or (
-            isinstance(source, str) and len(source) < 4096 and "\n" not in source and os.path.isdir(source)
-        ):
+        if isinstance(source, (shard_reader.ShardSet, os.PathLike)) or _names_shards(source):
             ss = (
                 source
                 if isinstance(source, shard_reader.ShardSet)
@@ -253,7 +269,7 @@ class SlidingWindowDataset(Dataset):
 
     def _describe(self) -> str:
         if self._shards is not None:
-            return f"split {self._shards.split!r} of shard folder {self._shards.root}"
+            return self._shards.describe()
         return "the text" if self.source_kind == "text" else "the token array"
 
     # -- pickling: paths and arithmetic only -------------------------------------------------------
@@ -334,6 +350,22 @@ class SlidingWindowDataset(Dataset):
         seg = self._array if self._shards is None else self._shards.tokens(i)
         return seg.view(np.ndarray)  # the same memory, without np.memmap's per-slice bookkeeping
 
+    def row_pieces(self, starts: np.ndarray) -> list[np.ndarray]:
+        """Tokens ``[start, start + max_length + 1)`` of each start, one 1-D array each: views, but for
+        the few windows that straddle shards. A mixture concatenates the pieces of several sources at once."""
+        views = self._views()
+        w = self.max_length + 1
+        seg = np.searchsorted(self._cum, starts, side="right") - 1  # (B,) the segment holding each start
+        local = starts - self._cum[seg]
+        inside = local + w <= self._seg_len[seg]
+        flat = views.get("flat")
+        if flat is None:
+            flat = views["flat"] = [self._flat(i, views) for i in range(len(self._seg_len))]
+        return [
+            flat[i][j : j + w] if ok else self._shards.read(a, a + w)
+            for i, j, ok, a in zip(seg.tolist(), local.tolist(), inside.tolist(), starts.tolist())
+        ]
+
     def gather_rows(self, starts: np.ndarray) -> np.ndarray:
         """Tokens ``[start, start + max_length + 1)`` for each start: (B, T+1), in the source's dtype."""
         views = self._views()
@@ -349,13 +381,7 @@ class SlidingWindowDataset(Dataset):
         if len(starts) <= 8 * min(len(self._seg_len), len(starts)):
             # Few windows per shard: one slice per window and a single concatenate beat a fancy index
             # per shard (slices of a plain ndarray view: slicing an np.memmap costs ~1 us more each).
-            flat = [self._flat(i, views) for i in range(len(self._seg_len))] if "flat" not in views else views["flat"]
-            views["flat"] = flat
-            pieces = [
-                flat[i][j : j + w] if ok else self._shards.read(a, a + w)
-                for i, j, ok, a in zip(seg.tolist(), local.tolist(), inside.tolist(), starts.tolist())
-            ]
-            return np.concatenate(pieces).reshape(len(starts), w)
+            return np.concatenate(self.row_pieces(starts)).reshape(len(starts), w)
         # Sort the windows by shard, gather each shard's run with one fancy index into consecutive rows,
         # then put the rows back in the batch's order with one more (small: the source's dtype).
         key = np.where(inside, seg, -1)  # straddlers (-1) first: filled below

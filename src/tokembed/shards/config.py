@@ -30,8 +30,9 @@ class PrepareConfig:
         eot: the end-of-text token of a tokenizer file that does not use ``<|endoftext|>``.
         backend: who encodes: ``"auto"`` (gigatoken when installed and exact for the tokenizer, else
             tiktoken), ``"tiktoken"`` or ``"gigatoken"``. Not recorded: the shards are identical either way.
-        field: the JSON Lines field holding the text.
-        format: ``"auto"`` (by suffix), ``"text"`` or ``"jsonl"`` for files with another suffix and stdin.
+        field: the JSON Lines field, or the Parquet column, holding the text.
+        format: ``"auto"`` (by suffix), or ``"text"``, ``"jsonl"``, ``"parquet"`` for files with another suffix
+            (and ``"text"`` or ``"jsonl"`` for stdin).
         val_fraction: fraction of documents in the ``val`` split, chosen by a hash of each document's text
             (deterministic; identical documents always land in the same split).
         shard_mb: raw input per work unit (= per shard), in MB. Memory is bounded by about

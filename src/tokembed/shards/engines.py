@@ -70,6 +70,9 @@ class _LocalEngine:
                 initializer=_worker_init,
                 initargs=(os.getpid(), config),
             )
+            # Fork the workers now, while this process is small: pages it holds at fork time and frees later
+            # (a Parquet reader's buffers) would otherwise stay behind in every worker as private copies.
+            self.pool.submit(int).result()
 
     @property
     def capacity(self) -> int:

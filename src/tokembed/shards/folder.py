@@ -259,4 +259,22 @@ def assemble_manifest(identity: dict[str, Any], records: list[dict[str, Any]], n
         for i, st in r["stats"].items():
             for k, v in st.items():
                 inputs[int(i)][k] += v
+    if not any(f["documents"] for f in inputs):
+        raise ValueError(_no_documents(inputs))
     return {**identity, "inputs": inputs, "units": n_units, "splits": splits}
+
+
+def _no_documents(inputs: list[dict[str, Any]]) -> str:
+    """The error for a run whose inputs hold no document at all: what each input held instead."""
+
+    def held(f: dict[str, Any]) -> str:
+        if not f["bytes"]:
+            return "an empty file"
+        if f["empty"]:
+            return f"{f['empty']:,} empty document(s)" + (" or null value(s)" if f["format"] == "parquet" else "")
+        if f["bad_lines"]:
+            return f"{f['bad_lines']:,} bad JSON line(s) skipped"
+        return "no rows" if f["format"] == "parquet" else "no documents (blank lines only)"
+
+    listed = "; ".join(f"{f['path']}: {held(f)}" for f in inputs[:10]) + ("; ..." if len(inputs) > 10 else "")
+    return f"the inputs hold no documents to tokenize ({listed}); check the inputs, --field and --format"

@@ -58,6 +58,7 @@ from tokembed.shards.folder import (
     write_unit,
 )
 from tokembed.shards.format import MANIFEST, ShardInfo
+from tokembed.shards.parquet import check_columns
 from tokembed.shards.progress import Progress
 from tokembed.shards.sources import InputFile, resolve_inputs
 from tokembed.shards.units import Unit, iter_units, join_parts, trim_heap, unit_input_hash, unit_parts
@@ -101,24 +102,34 @@ class PrepareResult:
                 lines.append(
                     f"{split}: {s['documents']:,} documents, {s['tokens']:,} tokens in {len(s['shards'])} shards"
                 )
-            labels = {
-                "empty": "empty documents skipped",
-                "bad_lines": "bad JSON lines skipped",
-                "replaced": "invalid UTF-8 sequences replaced",
-            }
-            for key, label in labels.items():
-                per_file = [(f["path"], f[key]) for f in self.manifest["inputs"] if f[key]]
-                if per_file:
-                    worst = ", ".join(f"{p}: {n:,}" for p, n in sorted(per_file, key=lambda x: -x[1])[:3])
-                    lines.append(
-                        f"{sum(n for _, n in per_file):,} {label} ({worst}{', ...' if len(per_file) > 3 else ''})"
-                    )
+            lines += _input_notes(self.manifest["inputs"])
         rate = self.tokens_done / self.seconds if self.seconds > 0 else 0.0
         lines.append(
             f"{self.units_done} of {self.units} units tokenized this run ({self.units_skipped} skipped), "
             f"{self.tokens_done:,} tokens in {self.seconds:.1f} s ({rate:,.0f} tokens/s) -> {self.out}"
         )
         return "\n".join(lines)
+
+
+def _input_notes(inputs: list[dict[str, Any]]) -> list[str]:
+    """Summary lines for what was skipped or repaired, per input file (the three worst named)."""
+    labels = {
+        "empty": "empty documents skipped",
+        "bad_lines": "bad JSON lines skipped",
+        "replaced": "warning: {n} invalid UTF-8 sequences replaced by U+FFFD",
+    }
+    lines = []
+    for key, label in labels.items():
+        per_file = [(f["path"], f[key]) for f in inputs if f[key]]
+        if per_file:
+            worst = ", ".join(f"{p}: {n:,}" for p, n in sorted(per_file, key=lambda x: -x[1])[:3])
+            total = f"{sum(n for _, n in per_file):,}"
+            text = label.format(n=total) if "{n}" in label else f"{total} {label}"
+            lines.append(f"{text} ({worst}{', ...' if len(per_file) > 3 else ''})")
+    none = [f["path"] for f in inputs if not f["documents"]]
+    if none:
+        lines.append("no documents from: " + ", ".join(none[:5]) + (", ..." if len(none) > 5 else ""))
+    return lines
 
 
 def prepare_corpus(
@@ -164,6 +175,7 @@ def prepare_corpus(
     _check_run_options(engine=engine, workers=workers, rank=rank, world_size=world_size)
     out = Path(out)
     files = resolve_inputs(inputs, format=config.format)
+    check_columns(files, config.field)  # a Parquet file without the text column fails before the folder is touched
     tok, dtype = tokenizer_entry(config)
     if overwrite and world_size > 1:
         raise ValueError(

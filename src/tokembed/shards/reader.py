@@ -1,4 +1,4 @@
-"""Reading a shard folder: one split seen as a single token stream, opened lazily.
+"""Reading a shard folder (or a Megatron dataset): one split seen as a single token stream, opened lazily.
 
 Readers keep only paths and metadata in picklable objects, so a `ShardSet` can cross process boundaries
 (DataLoader workers) without copying memory maps; each process maps the files it reads on first use.
@@ -13,12 +13,13 @@ from typing import Any
 
 import numpy as np
 
+from tokembed.shards import megatron
 from tokembed.shards.check import check_split, shard_file_problems
-from tokembed.shards.format import CHECK_HINT, INDEX_DTYPE, ShardInfo, read_manifest
+from tokembed.shards.format import CHECK_HINT, INDEX_DTYPE, ShardInfo, read_manifest, sha256_file
 from tokembed.tokenizer.base import TokenizerIdentity
 from tokembed.tokenizer.registry import identity_from_manifest
 
-__all__ = ["ShardSet", "expect_tokenizer", "open_shards"]
+__all__ = ["MegatronSplit", "ShardSet", "expect_tokenizer", "open_megatron", "open_shards"]
 
 
 class ShardSet:
@@ -69,6 +70,10 @@ class ShardSet:
 
     def __repr__(self) -> str:
         return f"ShardSet({str(self.root)!r}, split={self.split!r}, shards={len(self.shards)}, documents={self.n_documents}, tokens={self.n_tokens}, dtype={self.dtype.name})"
+
+    def describe(self) -> str:
+        """Where the tokens come from, for messages: ``split 'train' of shard folder DIR``."""
+        return f"split {self.split!r} of shard folder {self.root}"
 
     @property
     def tokenizer(self) -> TokenizerIdentity:
@@ -160,10 +165,11 @@ def expect_tokenizer(root: Path, recorded: TokenizerIdentity, tokenizer: Any) ->
 def open_shards(
     root: str | os.PathLike, *, split: str = "train", verify: bool = False, tokenizer: Any = None
 ) -> ShardSet:
-    """Open one split of a shard folder written by `tokembed prepare`.
+    """Open one split of a shard folder written by `tokembed prepare`, or a Megatron dataset.
 
     Args:
-        root: the shard folder.
+        root: the shard folder, or the prefix ``out/prefix`` of Megatron's ``out/prefix.bin`` +
+            ``out/prefix.idx`` (read as split ``"train"``, see `tokembed.shards.megatron`).
         split: which split to open (``"train"`` or ``"val"``).
         verify: also check every file's sha256 and the document index (reads the whole split once).
             Without it, only the presence and size of each file are checked (cheap).
@@ -175,6 +181,11 @@ def open_shards(
             damaged (the message names the shard and points at ``tokembed check DIR``), or data made with
             another tokenizer than ``tokenizer`` (names both).
     """
+    if megatron.is_megatron_prefix(root):
+        ss = open_megatron(root, split=split)
+        if tokenizer is not None and ss.manifest["tokenizer"]:  # a tokembed export records its tokenizer
+            expect_tokenizer(Path(root), ss.tokenizer, tokenizer)
+        return ss
     root = Path(root)
     manifest = read_manifest(root)
     if tokenizer is not None:
@@ -195,3 +206,70 @@ def open_shards(
                 f"{root} is damaged: {problems[0]}{f' (and {len(problems) - 1} more)' if len(problems) > 1 else ''}; {CHECK_HINT.format(root=root)}"
             )
     return ShardSet(root, split, manifest, shards)
+
+
+# ----------------------------------------------------------------------------------------------- Megatron
+
+
+class MegatronSplit(ShardSet):
+    """A Megatron dataset (``PREFIX.bin`` + ``PREFIX.idx``) seen as one split: one shard, documents from the index.
+
+    Everything that reads a `ShardSet` (the window datasets, the loaders, the exports) reads it; the
+    format is `tokembed.shards.megatron`'s. ``manifest["tokenizer"]`` comes from ``PREFIX.tokembed.json``
+    when tokembed exported the dataset, else it is ``{}`` (Megatron records no tokenizer), which
+    `ShardSet.tokenizer` reads as GPT-2's ids and `eot_token` as None.
+    """
+
+    def __init__(self, prefix: Path, index: megatron.MegatronIndex, recorded: dict[str, Any]) -> None:
+        n_tokens = int(index.lengths.sum(dtype=np.int64))
+        starts = index.doc_starts()  # (D,) small: one int64 per document
+        idx_sha256 = sha256_file(megatron.idx_path(prefix))
+        info = ShardInfo(
+            tokens=megatron.bin_path(prefix).name,
+            index=megatron.idx_path(prefix).name,
+            n_tokens=n_tokens,
+            n_documents=len(starts),
+            bytes=n_tokens * index.dtype.itemsize,
+            # The loader's data fingerprint reads ``sha256``: the export's record of the .bin, else the
+            # index's hash (the .bin is not hashed on opening: it may be terabytes).
+            sha256=recorded.get("bin_sha256") or f"idx:{idx_sha256}",
+            index_sha256=idx_sha256,
+        )
+        # No record (a dataset made elsewhere): an empty entry, which `tokenizer` reads as GPT-2's ids.
+        manifest = {"format": "megatron", "tokenizer": recorded.get("tokenizer") or {}, "dtype": index.dtype.name}
+        manifest["splits"] = {}
+        super().__init__(prefix.parent, "train", manifest, [info])
+        self.dtype = index.dtype
+        self.prefix = prefix
+        self._starts = np.array(starts)
+
+    def __repr__(self) -> str:
+        return f"MegatronSplit({str(self.prefix)!r}, documents={self.n_documents}, tokens={self.n_tokens}, dtype={self.dtype.name})"
+
+    def describe(self) -> str:
+        return f"Megatron dataset {self.prefix}"
+
+    @property
+    def eot_token(self) -> int | None:
+        eot = self.manifest["tokenizer"].get("eot_token")
+        return None if eot is None else int(eot)
+
+    def index(self, i: int) -> np.ndarray:
+        if i != 0:
+            raise IndexError(f"shard {i} does not exist: the Megatron dataset {self.prefix} is one shard (0)")
+        return self._starts
+
+
+def open_megatron(prefix: str | os.PathLike, *, split: str = "train") -> MegatronSplit:
+    """Open the Megatron dataset ``PREFIX.bin``/``PREFIX.idx`` as split ``"train"`` (it has no other).
+
+    Raises:
+        ValueError: a split other than ``"train"``, or a damaged pair (see `read_megatron_index`).
+    """
+    prefix = Path(prefix)
+    if split != "train":
+        raise ValueError(
+            f"a Megatron dataset has no splits: {prefix} is read as split 'train', not {split!r}; "
+            "give the validation data as its own prefix"
+        )
+    return MegatronSplit(prefix, megatron.read_megatron_index(prefix), megatron.recorded(prefix))

@@ -4,11 +4,14 @@ Inputs are files, folders (searched recursively), glob patterns, or ``-`` (stand
 
 - plain text and markdown (``.txt .text .md .markdown .rst``): one document per file;
 - JSON Lines (``.jsonl .ndjson``): one document per line, its text in a field (default ``text``);
-- gzip-compressed versions of these (``.gz`` after the suffix).
+- gzip- or zstd-compressed versions of these (``.gz`` or ``.zst`` after the suffix; zstd files may hold
+  many frames);
+- Parquet (``.parquet``): one document per row of a string column (``field``), planned from the row
+  groups by `tokembed.shards.parquet`.
 
 The list is de-duplicated and sorted, so the same inputs always give the same documents in the same
 order. `plan_units` cuts them into work units of byte `Span`s. A plain file is only read around the cut
-points (the workers read the spans themselves); a stream (gzip, stdin) is read through once and each
+points (the workers read the spans themselves); a stream (gzip, zstd, stdin) is read through once and each
 span carries its bytes. Decoding, JSON parsing and tokenizing happen in the workers.
 
 A text document larger than a unit is cut into pieces at **pre-tokenizer-safe points**: just before an
@@ -48,9 +51,12 @@ __all__ = [
     "safe_space_cut",
 ]
 
-FORMATS = ("auto", "text", "jsonl")
+FORMATS = ("auto", "text", "jsonl", "parquet")
 TEXT_SUFFIXES = (".txt", ".text", ".md", ".markdown", ".rst")
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
+PARQUET_SUFFIXES = (".parquet",)
+CODECS = {".gz": "gzip", ".zst": "zstd"}  # compressed text and JSON Lines, by the last suffix
+KNOWN_SUFFIXES = ".txt .md .rst .jsonl .ndjson (optionally .gz or .zst), .parquet"
 STDIN = "-"
 CONT = 1  # Span.flags: this span continues a document begun in an earlier span
 MORE = 2  # Span.flags: the document goes on in the next span
@@ -64,8 +70,8 @@ class InputFile:
 
     Attributes:
         path: the path as found (``"-"`` for standard input).
-        format: ``"text"`` (one document per file) or ``"jsonl"`` (one per line).
-        compressed: gzip-compressed.
+        format: ``"text"`` (one document per file), ``"jsonl"`` (one per line) or ``"parquet"`` (one per row).
+        compressed: gzip- or zstd-compressed (`codec` says which, from the suffix).
         size: bytes on disk (``None`` for standard input).
     """
 
@@ -73,6 +79,11 @@ class InputFile:
     format: str
     compressed: bool
     size: int | None
+
+    @property
+    def codec(self) -> str | None:
+        """``"gzip"`` or ``"zstd"`` for a compressed file, else None."""
+        return CODECS.get(os.path.splitext(self.path.lower())[1]) if self.compressed else None
 
     def identity(self) -> dict:
         return {"path": self.path, "format": self.format, "compressed": self.compressed, "bytes": self.size}
@@ -108,13 +119,17 @@ class Span:
 
 def _format_of(path: str, forced: str) -> tuple[str, bool] | None:
     name = path.lower()
-    compressed = name.endswith(".gz")
-    base = name[:-3] if compressed else name
+    base, last = os.path.splitext(name)
+    compressed = last in CODECS
+    if not compressed:
+        base = name
+        if name.endswith(PARQUET_SUFFIXES):
+            return "parquet", False
     if base.endswith(JSONL_SUFFIXES):
         return "jsonl", compressed
     if base.endswith(TEXT_SUFFIXES):
         return "text", compressed
-    if forced != "auto":
+    if forced != "auto" and not (forced == "parquet" and compressed):  # Parquet compresses inside
         return forced, compressed
     return None
 
@@ -123,7 +138,7 @@ def resolve_inputs(inputs: Sequence[str | os.PathLike], *, format: str = "auto")
     """Expand files, folders and globs into a sorted, de-duplicated list of `InputFile`.
 
     Folders are searched recursively for the known suffixes (hidden files and folders are skipped);
-    a file named explicitly with an unknown suffix needs ``format`` (``"text"`` or ``"jsonl"``).
+    a file named explicitly with an unknown suffix needs ``format`` (``"text"``, ``"jsonl"`` or ``"parquet"``).
 
     Raises:
         ValueError: no inputs, an unknown format, a folder or glob without any input file, ``-`` mixed
@@ -143,7 +158,7 @@ def resolve_inputs(inputs: Sequence[str | os.PathLike], *, format: str = "auto")
             raise ValueError(
                 "- (standard input) must be the only input; got also " + ", ".join(p for p in inputs if p != STDIN)
             )
-        return [InputFile(STDIN, "jsonl" if format == "jsonl" else "text", False, None)]
+        return [InputFile(STDIN, "text" if format == "auto" else format, False, None)]
     found: dict[str, InputFile] = {}
 
     def add(path: str, explicit: bool) -> bool:
@@ -151,7 +166,7 @@ def resolve_inputs(inputs: Sequence[str | os.PathLike], *, format: str = "auto")
         if fmt is None:
             if explicit:
                 raise ValueError(
-                    f"{path}: unknown file type; name it .txt/.md/.jsonl (optionally .gz) or pass --format text|jsonl"
+                    f"{path}: unknown file type; name it {KNOWN_SUFFIXES} or pass --format text|jsonl|parquet"
                 )
             return False
         if not os.access(path, os.R_OK):
@@ -170,7 +185,7 @@ def resolve_inputs(inputs: Sequence[str | os.PathLike], *, format: str = "auto")
                     if not f.startswith(".") and os.path.isfile(os.path.join(dirpath, f)):
                         n += add(os.path.join(dirpath, f), explicit=False)
             if n == 0:
-                raise ValueError(f"folder {item} holds no input files (.txt .md .rst .jsonl .ndjson, optionally .gz)")
+                raise ValueError(f"folder {item} holds no input files ({KNOWN_SUFFIXES})")
         elif os.path.isfile(item):
             add(item, explicit=True)
         elif glob.has_magic(item):
@@ -190,12 +205,16 @@ def _open(f: InputFile) -> BinaryIO:
     if f.path == STDIN:
         return sys.stdin.buffer
     raw = open(f.path, "rb")  # noqa: SIM115 (closed by the caller)
+    if f.codec == "zstd":
+        from tokembed.shards.zstd import ZstdReader
+
+        return ZstdReader(raw)
     return gzip.GzipFile(fileobj=raw, mode="rb") if f.compressed else raw
 
 
 class _Cursor:
     """Reads one input for planning: a plain file with ``pread`` around the cut points only; a stream
-    (gzip, stdin) front to back, keeping the bytes from the last span's end on (they become span data).
+    (gzip, zstd, stdin) front to back, keeping the bytes from the last span's end on (they become span data).
     A plain file is opened only when a cut must be looked for in it: a small file is never read here."""
 
     def __init__(self, f: InputFile, carry: bool):
@@ -239,8 +258,12 @@ class _Cursor:
         self.base = end
         return data
 
+    def read_so_far(self) -> int:
+        """Bytes of the input (decompressed) read so far."""
+        return self.base + len(self.buf)
+
     def disk_position(self, pos: int) -> int:
-        """Bytes read from disk so far (compressed bytes for gzip), for progress."""
+        """Bytes read from disk so far (compressed bytes for gzip and zstd), for progress."""
         if self.seekable:
             return pos
         disk = getattr(self.stream, "fileobj", None)
@@ -367,7 +390,14 @@ def _file_spans(
 
 
 def plan_units(
-    files: Sequence[InputFile], unit_bytes: int, *, carry: bool = False, head_bytes: int = 0, cut_at=safe_cut
+    files: Sequence[InputFile],
+    unit_bytes: int,
+    *,
+    carry: bool = False,
+    head_bytes: int = 0,
+    cut_at=safe_cut,
+    field: str = "text",
+    parquet=None,
 ) -> Iterator[tuple[list[Span], int]]:
     """Cut the inputs, in order, into work units of at least ``unit_bytes`` bytes (the last may be smaller).
 
@@ -380,17 +410,26 @@ def plan_units(
         carry: read every span's bytes here (for workers without access to the files); streams always do.
         head_bytes: give the first piece of each cut document its first ``head_bytes`` bytes (`Span.head`).
         cut_at: where a document may be cut (one of `CUTS`: the tokenizer's rule).
+        field: the Parquet column holding the text.
+        parquet: what plans a Parquet file, ``parquet(file, field)`` (`tokembed.shards.parquet.ParquetPlan`,
+            given by `tokembed.shards.units.iter_units`; this module does not import it).
 
     Yields:
         ``(spans, disk_bytes)``: the unit's spans, and the bytes read from disk up to its end (compressed
-        bytes for gzip), for progress.
+        bytes for gzip and zstd), for progress.
     """
     unit: list[Span] = []
     size, done_files, marked = 0, 0, 0
+
+    def filled() -> int:
+        return size  # bytes the unit being filled holds so far
+
     for fi, f in enumerate(files):
-        cur = _Cursor(f, carry)
+        cur, spans = _open_plan(
+            f, fi, unit_bytes, filled, carry=carry, head_bytes=head_bytes, cut_at=cut_at, planner=(parquet, field)
+        )
         try:
-            for span in _file_spans(cur, fi, f, unit_bytes, lambda: size, head_bytes, cut_at):  # noqa: B023 (reads the live size)
+            for span in spans:
                 unit.append(span)
                 size += len(span)
                 if size >= unit_bytes:
@@ -399,13 +438,35 @@ def plan_units(
                     unit, size, marked = [], 0, disk
             done_files += f.size if f.size is not None else cur.disk_position(cur.end() or 0)
         except (OSError, EOFError) as e:
-            raise ValueError(
-                f"{f.path}: cannot be read ({e}); the file may be truncated or not {'gzip' if f.compressed else 'text'}"
-            ) from None
+            raise ValueError(_unreadable(f, cur, e)) from None
         finally:
             cur.close()
     if unit:
         yield unit, max(0, done_files - marked)
+
+
+def _open_plan(f: InputFile, fi: int, unit_bytes: int, filled, *, carry: bool, head_bytes: int, cut_at, planner: tuple):
+    """``(cursor, spans)`` for one input: a Parquet file's row groups (``planner`` is ``(ParquetPlan, field)``),
+    or a text/JSON Lines file's bytes."""
+    if f.format == "parquet":
+        make, field = planner
+        if make is None:
+            raise ValueError(f"{f.path}: plan Parquet inputs with tokembed.shards.units.iter_units (it knows how)")
+        plan = make(f, field)
+        return plan, plan.spans(fi, unit_bytes, filled, carry)
+    cur = _Cursor(f, carry)
+    return cur, _file_spans(cur, fi, f, unit_bytes, filled, head_bytes, cut_at)
+
+
+def _unreadable(f: InputFile, cur, e: BaseException) -> str:
+    """What went wrong reading ``f``, how far the reading got, and what to do."""
+    kind = f.codec or "text"
+    stream = isinstance(cur, _Cursor) and not cur.seekable
+    got = f" after {cur.read_so_far():,} bytes{' (decompressed)' if f.compressed else ''}" if stream else ""
+    return (
+        f"{f.path}: cannot be read{got} ({e}); the file is truncated or not {kind} (or damaged): replace it and rerun "
+        "(the units finished before it are kept)"
+    )
 
 
 class _SpanCursor:

@@ -2,8 +2,9 @@
 
 `iter_units` turns the inputs' spans (`tokembed.sources.plan_units`) into numbered units, deciding the
 split of documents that get cut; `unit_parts` cuts a unit into tasks of about `PART_BYTES`;
-`tokenize_unit` runs in the workers (processes or Ray tasks): it reads a part's spans, hashes them,
-decodes, parses and tokenizes; `join_parts` puts a unit's parts back together with the sha256 of the
+`tokenize_unit` runs in the workers (processes or Ray tasks): it reads a part's spans (bytes of text and
+JSON Lines files, or Parquet rows packed by `tokembed.shards.parquet`), hashes them, decodes (refusing a
+record that is mostly not text, replacing a few invalid UTF-8 sequences), parses and tokenizes; `join_parts` puts a unit's parts back together with the sha256 of the
 files `tokembed.prepare` writes. Everything here is a pure function of the input bytes and the
 `PrepareConfig`, which is why the output does not depend on workers, engines or ranks.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -21,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tokembed.shards.format import INDEX_DTYPE, dtype_for_vocab
+from tokembed.shards.parquet import ROWS, ParquetPlan, read_rows, row_records, row_where, split_rows
 from tokembed.shards.sources import (
     CONT,
     CUTS,
@@ -56,6 +59,13 @@ FILE_STATS = ("documents", "tokens", "chars", "text_bytes", "empty", "replaced",
 VAL = 8  # Span.flags: a piece of a cut document that belongs to the val split
 VAL_KEY_BYTES = 1 << 20  # the validation split hashes a document's first MiB of text
 PART_BYTES = 1 << 20  # units are tokenized in parts of about this size, so workers share even a few units
+# A record (document, piece, JSON line, Parquet value) of at least NOT_TEXT_MIN_BYTES whose bytes are more than
+# NOT_TEXT_SHARE invalid UTF-8 or control bytes is refused: binaries measure 35-65% (ELF, PNG, PDF, gzip, zip),
+# text in a legacy 8-bit encoding of a Cyrillic or Greek script about 50%; Latin-1 French or German 1-5%.
+NOT_TEXT_SHARE = 0.2
+NOT_TEXT_MIN_BYTES = 64
+_CONTROL = bytes(range(0x00, 0x09)) + bytes(range(0x0E, 0x20))  # C0 controls but \t \n \v \f \r
+_ESCAPED = re.compile("[\udc80-\udcff]")  # an invalid byte, decoded with surrogateescape
 
 
 @dataclass
@@ -101,7 +111,7 @@ def unit_parts(unit: Unit, config: PrepareConfig, names: dict[int, str]) -> list
     input. A whole document that gets cut has its split decided here, from its head, like a cut document."""
     spans: list[Span] = []
     for sp in unit.spans:
-        if not sp.flags & (LINES | CONT | MORE) and len(sp) > PART_BYTES and config.val_fraction > 0:
+        if not sp.flags & (LINES | ROWS | CONT | MORE) and len(sp) > PART_BYTES and config.val_fraction > 0:
             n = _head_bytes()
             head = (
                 sp.data[:n]
@@ -110,7 +120,11 @@ def unit_parts(unit: Unit, config: PrepareConfig, names: dict[int, str]) -> list
             )
             if _head_in_val(head, config.val_fraction):
                 sp = dataclasses.replace(sp, flags=sp.flags | VAL)
-        spans += split_span(sp, PART_BYTES, names[sp.file], _cut_rule(config))
+        spans += (
+            split_rows(sp, PART_BYTES)
+            if sp.flags & ROWS
+            else split_span(sp, PART_BYTES, names[sp.file], _cut_rule(config))
+        )
     groups: list[list[Span]] = [[]]
     size = 0
     for sp in spans:
@@ -128,7 +142,12 @@ def _unit_hash(part_hashes: Sequence[str]) -> str:
 
 def unit_input_hash(parts: Sequence[Unit], names: dict[int, str]) -> str:
     """What a unit is made from, as the workers' results report it (`join_parts`); reads the parts' bytes."""
-    return _unit_hash([_input_hash(p.spans, [read_span(sp, names[sp.file]) for sp in p.spans]) for p in parts])
+    return _unit_hash([_input_hash(p.spans, [_read(sp, names[sp.file]) for sp in p.spans]) for p in parts])
+
+
+def _read(sp: Span, path: str) -> bytes:
+    """A span's bytes: Parquet rows packed (`tokembed.shards.parquet`), or the bytes of a text/JSON Lines file."""
+    return read_rows(sp, path) if sp.flags & ROWS else read_span(sp, path)
 
 
 def iter_units(files: Sequence[InputFile], config: PrepareConfig, *, carry: bool = False) -> Iterator[Unit]:
@@ -145,6 +164,8 @@ def iter_units(files: Sequence[InputFile], config: PrepareConfig, *, carry: bool
             carry=carry,
             head_bytes=_head_bytes() if config.val_fraction > 0 else 0,
             cut_at=_cut_rule(config),
+            field=config.field,
+            parquet=ParquetPlan,
         )
     ):
         for sp in spans:
@@ -201,9 +222,12 @@ def trim_heap() -> None:
 _malloc_trim = None
 
 
-def _records(sp: Span, data: bytes) -> Iterator[tuple[bytes, int, int]]:
-    """``(raw, offset, k)`` for each record of a span: its JSON lines (``k``-th line of the span), or its
-    one document or piece (``k = -1``)."""
+def _records(sp: Span, data: bytes) -> Iterator[tuple[bytes | None, int, int]]:
+    """``(raw, offset, k)`` for each record of a span: its JSON lines (``k``-th line of the span), its Parquet
+    rows (``offset`` the row number, ``raw`` None for a null), or its one document or piece (``k = -1``)."""
+    if sp.flags & ROWS:
+        yield from row_records(sp, data)
+        return
     if not sp.flags & LINES:
         yield data, sp.start, -1
         return
@@ -224,7 +248,7 @@ def tokenize_unit(unit: Unit, config: PrepareConfig, names: Sequence[str] | dict
     trim_heap()  # the previous unit's buffers are gone by now
     enc = config.build_tokenizer()
     encoder = token_encoder(enc, config.backend)  # tiktoken's ids, from gigatoken when installed (tested)
-    datas = [read_span(sp, names[sp.file]) for sp in unit.spans]
+    datas = [_read(sp, names[sp.file]) for sp in unit.spans]
     input_hash = _input_hash(unit.spans, datas)
     acc = _UnitTokens(enc.eot_token, dtype_for_vocab(enc.n_vocab))
     for sp, data in zip(unit.spans, datas):
@@ -247,7 +271,8 @@ def tokenize_unit(unit: Unit, config: PrepareConfig, names: Sequence[str] | dict
 
 
 class _Where:
-    """Where a record is, for error messages: the file, and the line for JSON Lines (counted on demand)."""
+    """Where a record is, for error messages: the file, and the line for JSON Lines (counted on demand) or the
+    row group and row for Parquet."""
 
     def __init__(self, name: str, sp: Span, offset: int, k: int) -> None:
         self.name, self.sp, self.offset, self.k = name, sp, offset, k
@@ -255,33 +280,60 @@ class _Where:
     def __str__(self) -> str:
         if self.k < 0:
             return self.name
+        if self.sp.flags & ROWS:
+            return row_where(self.name, self.sp, self.offset)
         line = self.sp.line + self.k if self.sp.line else line_number(self.name, self.offset)
         return f"{self.name}, line {line}"
 
 
-def _record_text(raw: bytes, where: _Where, config: PrepareConfig, st: dict[str, int]) -> str | None:
-    """The text of one record (a document, a piece of one, or a JSON line's field); None to skip it."""
-    if where.k >= 0 and not raw.strip():
+def _record_text(raw: bytes | None, where: _Where, config: PrepareConfig, st: dict[str, int]) -> str | None:
+    """The text of one record (a document, a piece of one, a Parquet value, or a JSON line's field); None to
+    skip it."""
+    lines = where.sp.flags & LINES
+    if raw is None:  # a null in a Parquet column: an empty document
+        st["empty"] += 1
+        return None
+    if lines and not raw.strip():
         return None  # blank line in JSON Lines
     text = _decode(raw, where, config, st)
-    if where.k < 0:
+    if not lines:
         return text
     return _json_field(text, where, config, st)
 
 
 def _decode(raw: bytes, where: _Where, config: PrepareConfig, st: dict[str, int]) -> str:
     try:
-        return raw.decode("utf-8")
+        text = raw.decode("utf-8")
+        _refuse_non_text(raw, 0, where)
+        return text
     except UnicodeDecodeError as e:
         if config.strict:
-            gz = " of the decompressed data" if where.name.endswith(".gz") else ""
+            gz = " of the decompressed data" if where.name.endswith((".gz", ".zst")) else ""
             raise ValueError(
-                f"{where}: invalid UTF-8 at byte offset {where.offset + e.start}{gz} ({raw[e.start : e.start + 4]!r}); "
+                f"{where}: invalid UTF-8 at byte offset {e.start if where.sp.flags & ROWS else where.offset + e.start}{gz} ({raw[e.start : e.start + 4]!r}); "
                 "fix the file, or drop --strict to replace invalid bytes with U+FFFD"
             ) from None
+    _refuse_non_text(raw, len(_ESCAPED.findall(raw.decode("utf-8", "surrogateescape"))), where)
     text = raw.decode("utf-8", "replace")
     st["replaced"] += text.count("\ufffd") - raw.count("\ufffd".encode())
     return text
+
+
+def _refuse_non_text(raw: bytes, invalid: int, where: _Where) -> None:
+    """Raise ValueError when ``raw`` is mostly not text: ``invalid`` bytes of invalid UTF-8 plus control bytes
+    (NUL, ...) make more than `NOT_TEXT_SHARE` of it. A few invalid sequences are replaced and counted instead."""
+    if len(raw) < NOT_TEXT_MIN_BYTES:
+        return
+    control = len(raw) - len(raw.translate(None, _CONTROL))
+    share = (invalid + control) / len(raw)
+    if share <= NOT_TEXT_SHARE:
+        return
+    at = f" (bytes {where.offset:,}-{where.offset + len(raw):,})" if where.sp.flags & (CONT | MORE) else ""
+    raise ValueError(
+        f"{where}{at}: {share:.0%} of its {len(raw):,} bytes are not text ({invalid:,} invalid UTF-8, {control:,} "
+        "control bytes such as NUL): a binary file or text in another encoding; leave it out, or convert it to "
+        "UTF-8 first (e.g. iconv -f cp1251 -t utf-8)"
+    )
 
 
 def _json_field(text: str, where: _Where, config: PrepareConfig, st: dict[str, int]) -> str | None:

@@ -17,7 +17,8 @@ class TrainConfig:
     """How to train.
 
     Attributes:
-        data: a shard folder (``tokembed prepare`` output) or a UTF-8 text file (stored as an absolute path).
+        data: a shard folder (``tokembed prepare`` output) or a UTF-8 text file (stored as an absolute path),
+            or a `tokembed.Mixture` of shard folders (stored as its `Mixture.spec`, a dict).
         out: the checkpoint directory to write (and resume from).
         max_length: tokens per training window (must not exceed the model's context_length).
         stride: step between window starts (default: max_length, no overlap).
@@ -38,7 +39,7 @@ class TrainConfig:
             manifest names is used, and naming another here is an error.
     """
 
-    data: str
+    data: str | dict
     out: str
     max_length: int = 64
     stride: int | None = None
@@ -60,8 +61,8 @@ class TrainConfig:
     tokenizer: str | None = None
 
     def __post_init__(self) -> None:
-        absolute = str(Path(self.data).resolve())  # eval and resume work from any folder
-        object.__setattr__(self, "data", absolute)
+        # absolute paths (eval and resume work from any folder), or a mixture's spec
+        object.__setattr__(self, "data", _data_entry(self.data))
         object.__setattr__(self, "out", str(self.out))
         if self.init_embeddings is not None:
             object.__setattr__(self, "init_embeddings", str(self.init_embeddings))
@@ -95,6 +96,17 @@ class TrainConfig:
     def from_dict(cls, d: dict) -> TrainConfig:
         """Build from a dict (e.g. a checkpoint's ``config.json``), naming unknown keys."""
         return config_from_dict(cls, d)
+
+
+def _data_entry(data: object) -> str | dict:
+    """An absolute path, or a mixture's spec (checked: its sources exist and share a tokenizer)."""
+    from tokembed.data.mixture import Mixture
+
+    if isinstance(data, Mixture):
+        return data.spec()
+    if isinstance(data, dict):
+        return Mixture.from_spec(data).spec()
+    return str(Path(data).resolve())
 
 
 def lr_at(step: int, config: TrainConfig) -> float:

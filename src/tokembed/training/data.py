@@ -1,8 +1,9 @@
-"""What a training run reads: the train and validation tokens of a shard folder or a text file, and the
-identity of the tokenizer that made them (the model's vocabulary comes from it)."""
+"""What a training run reads: the train and validation tokens of a shard folder, a text file or a mixture
+of shard folders, and the identity of the tokenizer that made them (the model's vocabulary comes from it)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,10 +36,19 @@ def _is_shard_folder(path: Path) -> bool:
     return path.is_dir() and (path / "manifest.json").exists()
 
 
-def data_tokenizer(data: str | Path, *, tokenizer: Any = None) -> TokenizerIdentity:
+def data_tokenizer(data: str | Path | dict, *, tokenizer: Any = None) -> TokenizerIdentity:
     """The tokenizer of ``data``: a shard folder's manifest (another ``tokenizer`` is an error naming
-    both), or ``tokenizer`` (default gpt2) for a text file. Cheap: nothing is tokenized."""
+    both), a mixture's (its sources share one), or ``tokenizer`` (default gpt2) for a text file. Cheap:
+    nothing is tokenized."""
     from tokembed.tokenizer import get_tokenizer, identity_from_manifest, tokenizer_identity
+
+    if isinstance(data, dict):
+        from tokembed.shards.reader import expect_tokenizer
+
+        recorded = _mixture(data).tokenizer or identity_from_manifest(None)  # none recorded: GPT-2's ids
+        if tokenizer is not None:
+            expect_tokenizer(Path(data["sources"][0][0]), recorded, tokenizer)
+        return recorded
 
     path = Path(data)
     if _is_shard_folder(path):
@@ -52,19 +62,48 @@ def data_tokenizer(data: str | Path, *, tokenizer: Any = None) -> TokenizerIdent
     return tokenizer_identity(get_tokenizer(tokenizer or "gpt2"))
 
 
+def _mixture(spec: dict):
+    from tokembed.data.mixture import Mixture
+
+    return Mixture.from_spec(spec)
+
+
+def _mixture_data(spec: dict, max_val_tokens: int | None, tokenizer: Any) -> TrainingData:
+    """A mixture: its sources' train splits, mixed by the loader; validation: each source's val split, by weight."""
+    from tokembed.shards.reader import open_shards
+
+    mixture, tok = _mixture(spec), data_tokenizer(spec, tokenizer=tokenizer)
+    vals, n_train = [], 0
+    for path, weight in zip(mixture.paths, mixture.weights):
+        n_train += open_shards(path, split="train").n_tokens
+        try:
+            split = open_shards(path, split="val")
+        except ValueError:  # no val split (a Megatron dataset has none)
+            continue
+        n = split.n_tokens if max_val_tokens is None else min(split.n_tokens, math.ceil(max_val_tokens * weight))
+        vals.append(np.asarray(split.read(0, n), dtype=np.int64))
+    val = np.concatenate(vals) if vals and sum(map(len, vals)) else None
+    desc = f"{mixture!r}: train splits {n_train} tokens, val splits {0 if val is None else len(val)} tokens read"
+    return TrainingData(mixture, val, desc, n_train, tok)
+
+
 def load_training_data(
-    data: str | Path, *, val_fraction: float = 0.1, max_val_tokens: int | None = None, tokenizer: Any = None
+    data: str | Path | dict, *, val_fraction: float = 0.1, max_val_tokens: int | None = None, tokenizer: Any = None
 ) -> TrainingData:
     """Resolve ``data`` into training source and validation tokens.
 
     A shard folder: its ``train`` split (read lazily by the loader) and its ``val`` split.
     A text file: its tokens, the first ``1 - val_fraction`` for training, the rest for validation.
+    A mixture's spec (`tokembed.Mixture.spec`): the `Mixture` of the sources' train splits; validation
+    tokens from each source's val split, in proportion to its weight.
 
     Args:
         max_val_tokens: read at most this many validation tokens (large shard folders).
         tokenizer: for a text file, the tokenizer (default gpt2); for a shard folder, the one expected
             (another is an error naming both).
     """
+    if isinstance(data, dict):
+        return _mixture_data(data, max_val_tokens, tokenizer)
     path = Path(data)
     if not path.exists():
         raise FileNotFoundError(

@@ -1,0 +1,188 @@
+"""The windows of a `Mixture`: slot ``k`` of the global order -> one window of one source.
+
+``SlidingWindowDataset(mixture, max_length=...)`` builds this: one `SlidingWindowDataset` per source
+(same window options), and the mixture's quota schedule on top (see `tokembed.data.mixture`). Slot
+``k`` is draw ``j`` of source ``s``; the draw is position ``j mod n_s`` of the source's epoch
+``j div n_s``, whose order is a `FeistelPermutation` keyed by (mixture seed, order seed, source, epoch).
+Nothing is stored per window or per slot.
+
+``len()`` is the sum of the sources' windows: a nominal epoch (the global order itself never ends).
+A loader reads slots ``0, 1, 2, ...`` in order, epoch ``e`` being its next ``len() // global_batch``
+steps; the order seed and ``shuffle`` are the loader's (``dataset[k]`` uses seed 0, shuffled).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+import numpy as np
+import torch
+
+from tokembed.data.shuffle import FeistelFamily, FeistelPermutation
+from tokembed.data.windows import SlidingWindowDataset
+
+__all__ = ["MixtureWindows"]
+
+_PERMS_KEPT = 64  # (source, epoch) permutations cached per process: a batch touches one or two per source
+
+
+class MixtureWindows(SlidingWindowDataset):
+    """Sliding windows over a `Mixture` of shard folders, in its global order.
+
+    Args:
+        mixture: the `tokembed.Mixture`: sources and weights.
+        max_length, stride, within_documents, split, verify: as for `SlidingWindowDataset`, for every source.
+
+    Attributes:
+        mixture: the `Mixture`.
+        sources: one `SlidingWindowDataset` per source.
+        n_windows: the sum of the sources' windows (``len()``).
+    """
+
+    def __init__(
+        self,
+        mixture,
+        *,
+        max_length: int,
+        stride: int | None = None,
+        within_documents: bool = False,
+        split: str = "train",
+        verify: bool = False,
+        **unused,
+    ) -> None:
+        if any(v is not None for v in unused.values()):
+            raise TypeError(f"{', '.join(unused)} do not apply to a Mixture of shard folders; leave them out")
+        kw = dict(max_length=max_length, stride=stride, within_documents=within_documents, split=split, verify=verify)
+        self.mixture = mixture
+        self.sources = [SlidingWindowDataset(p, **kw) for p in mixture.paths]
+        first = self.sources[0]
+        self.max_length, self.stride, self.within_documents = first.max_length, first.stride, first.within_documents
+        self.source_kind = "mixture"
+        self.n_tokens = sum(s.n_tokens for s in self.sources)
+        self.n_windows = sum(len(s) for s in self.sources)
+        self.eot_token = first.eot_token
+        self._sizes = np.array([len(s) for s in self.sources], dtype=np.int64)  # (S,)
+        self._offsets = np.cumsum([0] + [s.n_tokens for s in self.sources], dtype=np.int64)  # (S+1,)
+        self._fingerprint = None
+        self._perms: dict[tuple[int, int, int], FeistelPermutation] = {}  # (source, epoch, seed)
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["_perms"] = {}
+        state.pop("_segs", None)  # memory maps: reopened in the receiving process
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+
+    def __repr__(self) -> str:
+        return f"MixtureWindows({self.mixture!r}, windows={self.n_windows}, max_length={self.max_length}, stride={self.stride})"
+
+    def _describe(self) -> str:
+        return f"the mixture {self.mixture!r}"
+
+    # -- the global order ----------------------------------------------------------------------------
+
+    def _perm(self, source: int, epoch: int, seed: int) -> FeistelPermutation:
+        key = (source, epoch, seed)
+        perm = self._perms.get(key)
+        if perm is None:
+            if len(self._perms) >= _PERMS_KEPT:
+                self._perms.clear()
+            # One key per (mixture seed, order seed, source); the epoch re-keys it (FeistelPermutation).
+            words = [self.mixture.seed, seed, source]
+            sub = int(np.random.SeedSequence(words).generate_state(1, dtype=np.uint64)[0])
+            perm = self._perms[key] = FeistelPermutation(int(self._sizes[source]), seed=sub, epoch=epoch)
+        return perm
+
+    def codes(self, slots: np.ndarray, *, shuffle: bool = True, seed: int = 0) -> np.ndarray:
+        """The windows of global slots ``slots``, each coded ``window * S + source``: same shape, int64."""
+        slots = np.asarray(slots, dtype=np.int64)
+        source, draw = self.mixture.schedule.draws(slots.ravel())  # (K,), (K,)
+        epoch, pos = np.divmod(draw, self._sizes[source])
+        if not shuffle:
+            return (pos * len(self._sizes) + source).reshape(slots.shape)
+        perms, group = [], np.empty_like(pos)  # one permutation per (source, epoch) in the block
+        for s in np.flatnonzero(np.bincount(source, minlength=len(self._sizes))).tolist():
+            sel = np.flatnonzero(source == s)
+            first, last = int(epoch[sel].min()), int(epoch[sel].max())  # one or two epochs in a loader's block
+            group[sel] = len(perms) + epoch[sel] - first
+            perms += [self._perm(s, e, seed) for e in range(first, last + 1)]
+        window = FeistelFamily(perms)(pos, group)
+        return (window * len(self._sizes) + source).reshape(slots.shape)
+
+    def sources_of(self, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(source, window)`` of coded windows (what `codes` returns)."""
+        window, source = np.divmod(np.asarray(codes, dtype=np.int64), len(self._sizes))
+        return source, window
+
+    # -- gathering -----------------------------------------------------------------------------------
+
+    def _check_indices(self, idx: np.ndarray) -> np.ndarray:
+        return self.codes(super()._check_indices(idx))
+
+    def starts(self, indices) -> np.ndarray:
+        raise TypeError(
+            "a mixture's windows start in several token streams; use sources_of(codes(slots)) and each source's starts()"
+        )
+
+    def _segments(self) -> tuple[np.ndarray, list[np.ndarray]]:
+        """Every source's segments (shards) end to end, as one stream: ``(cumulative (n+1,), flat views)``.
+
+        Made once per process (each worker maps its own files). One search over it places a batch's
+        windows from all sources at once.
+        """
+        pid, segments = self.__dict__.get("_segs", (None, None))
+        if pid != os.getpid():
+            cum, flats = [0], []
+            for ds in self.sources:
+                views = ds._views()
+                for i, n in enumerate(ds._seg_len.tolist()):
+                    flats.append(ds._flat(i, views))
+                    cum.append(cum[-1] + n)
+            segments = (np.asarray(cum, dtype=np.int64), flats)
+            self._segs = (os.getpid(), segments)
+        return segments
+
+    def _straddler(self, start: int) -> np.ndarray:
+        """The tokens of a window that crosses a shard boundary of its source (a new array)."""
+        s = int(np.searchsorted(self._offsets, start, side="right")) - 1
+        local = start - int(self._offsets[s])
+        return self.sources[s]._shards.read(local, local + self.max_length + 1)
+
+    def _gather(
+        self, codes: np.ndarray, out: tuple[np.ndarray, np.ndarray] | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        source, window = self.sources_of(codes)  # (B,), (B,)
+        if not self.within_documents:  # every source's window k starts at k * stride of its stream
+            starts = window * self.stride + self._offsets[source]  # (B,) in the sources' streams end to end
+        else:
+            starts = np.empty(len(codes), dtype=np.int64)
+            for s in np.flatnonzero(np.bincount(source, minlength=len(self.sources))).tolist():
+                sel = source == s
+                starts[sel] = self.sources[s]._starts(window[sel]) + self._offsets[s]
+        cum, flats = self._segments()
+        w = self.max_length + 1
+        seg = np.searchsorted(cum, starts, side="right") - 1  # (B,) the segment of each start
+        local = starts - cum[seg]
+        inside = local + w <= cum[seg + 1] - cum[seg]
+        pieces = [
+            flats[i][j : j + w] if ok else self._straddler(a)
+            for i, j, ok, a in zip(seg.tolist(), local.tolist(), inside.tolist(), starts.tolist())
+        ]
+        rows = np.concatenate(pieces).reshape(len(codes), w)  # (B, T+1): one copy, in the batch's order
+        shape = (len(codes), self.max_length)
+        inputs, targets = out if out is not None else (np.empty(shape, np.int64), np.empty(shape, np.int64))
+        np.copyto(inputs, rows[:, :-1])  # (B, T) int64
+        np.copyto(targets, rows[:, 1:])  # (B, T), the inputs shifted by one
+        return torch.from_numpy(inputs), torch.from_numpy(targets)
+
+    def fingerprint(self) -> str:
+        """A hash of the sources' data fingerprints (not of their paths, nor of the weights or seed)."""
+        if self._fingerprint is None:
+            h = hashlib.blake2b(digest_size=12)
+            h.update(json.dumps([s.fingerprint() for s in self.sources]).encode())
+            self._fingerprint = h.hexdigest()
+        return self._fingerprint
