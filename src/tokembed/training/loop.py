@@ -241,8 +241,6 @@ class _Run:
         c, s = self.config, self.state
         t_start = time.perf_counter()
         inputs, targets = self._next_batch()
-        if self.counter is not None:
-            self.counter.add(inputs)
         lr = lr_at(s.step, c)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
@@ -252,6 +250,8 @@ class _Run:
         if c.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.grad_clip)
         self.optimizer.step()
+        if self.counter is not None:  # beside the step count: an interrupted step counts neither
+            self.counter.add(inputs)
         tokens = c.batch_size * c.max_length
         s.step += 1
         s.tokens_seen += tokens
