@@ -10,6 +10,7 @@ the same batches, the same optimizer (AdamW, same hyperparameters) and the same 
     .venv/bin/python benchmarks/bench_model.py           # three configurations, ~3-10 min
     .venv/bin/python benchmarks/bench_model.py --quick   # one small configuration, seconds
     .venv/bin/python benchmarks/bench_model.py --document-mask-only   # what document_mask costs, ~1 min
+    .venv/bin/python benchmarks/bench_model.py --devices-only   # torch.compile on the CPU; DDP 2 gloo ranks vs 1, ~3 min
 
 It also measures what ``GPTConfig(document_mask=True)`` costs (packed documents kept apart: an explicit
 attention mask instead of the fused causal path) against the same model without it.
@@ -250,6 +251,84 @@ def measure_document_mask(cfg: dict, positional: str, *, steps: int, warmup: int
     }
 
 
+class _LossStep(nn.Module):
+    """The loss as a module's forward, as the training loop compiles it."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x, y):
+        return self.model.loss(x, y)
+
+
+def measure_compile(cfg: dict, *, steps: int, warmup: int, rounds: int) -> dict:
+    """tokembed.GPT's training step eager against torch.compile (the loop's --compile), same batches."""
+    models, runs = {}, {}
+    for name in ("eager", "compiled"):
+        torch.manual_seed(0)
+        m = GPT(
+            GPTConfig(
+                vocab_size=cfg["vocab_size"],
+                context_length=cfg["context_length"],
+                dim=cfg["emb_dim"],
+                n_layers=cfg["n_layers"],
+                n_heads=cfg["n_heads"],
+                positional="rope",
+            )
+        )
+        fwd = _LossStep(m) if name == "eager" else torch.compile(_LossStep(m))
+        models[name], runs[name] = m, make_step(m, lambda _m, x, y, f=fwd: f(x, y))
+    batches = make_batches(steps, cfg["batch_size"], cfg["context_length"], cfg["vocab_size"])
+    t0 = time.perf_counter()
+    runs["compiled"](*batches[0])  # the first call compiles
+    compile_s = time.perf_counter() - t0
+    tokens = steps * cfg["batch_size"] * cfg["context_length"]
+    best = best_seconds(runs, models, batches, warmup=warmup, rounds=rounds)
+    return {
+        "eager_tokens_per_s": tokens / best["eager"],
+        "compiled_tokens_per_s": tokens / best["compiled"],
+        "ratio": best["eager"] / best["compiled"],
+        "compile_seconds": compile_s,
+    }
+
+
+def measure_ddp(*, steps: int, batch_size: int = 8) -> dict:
+    """`tokembed train` on the CPU, one process against `torchrun --nproc_per_node 2` (gloo), each rank one thread
+    and ``batch_size`` windows: tokens/s of the global batch, the median step of each run's log."""
+    import statistics
+    import subprocess
+    import tempfile
+
+    story = ROOT.parent / "shared" / "corpora" / "the-verdict.txt"
+    env = dict(os.environ, OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo", CUDA_VISIBLE_DEVICES="")
+    common = ["train", str(story), "--device", "cpu", "--steps", str(steps), "--batch-size", str(batch_size)]
+    common += [
+        "--max-length",
+        "64",
+        "--eval-interval",
+        str(steps),
+        "--checkpoint-interval",
+        str(steps),
+        "--no-progress",
+    ]
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for ranks in (1, 2):
+            launcher = (
+                [sys.executable, "-m"]
+                if ranks == 1
+                else [str(Path(sys.executable).with_name("torchrun")), "--standalone", "--nproc_per_node", "2", "-m"]
+            )
+            ckpt = Path(tmp) / f"r{ranks}"
+            subprocess.run(
+                [*launcher, "tokembed", *common, "--out", str(ckpt)], env=env, check=True, capture_output=True
+            )
+            log = json.loads((ckpt / "log.json").read_text())["train"][2:]  # past the first steps' warm-up
+            out[ranks] = statistics.median(r["tokens_per_s"] for r in log)
+    return {"one_process_tokens_per_s": out[1], "two_ranks_tokens_per_s": out[2], "ratio": out[2] / out[1]}
+
+
 CONFIGS = {
     "tiny (tokembed train default)": dict(
         vocab_size=50257,
@@ -292,7 +371,12 @@ def main() -> None:
     ap.add_argument(
         "--document-mask-only", action="store_true", help="only the cost of document_mask (small config, three schemes)"
     )
+    ap.add_argument(
+        "--devices-only", action="store_true", help="only torch.compile vs eager and DDP 2 ranks vs 1 (CPU)"
+    )
     args = ap.parse_args()
+    if args.devices_only:
+        return devices_main(steps=args.steps or 8, rounds=args.rounds or 3)
     configs = {"tiny (tokembed train default)": CONFIGS["tiny (tokembed train default)"]} if args.quick else CONFIGS
     steps = args.steps or (3 if args.quick else 8)
     rounds = args.rounds or (1 if args.quick else 3)
@@ -358,6 +442,29 @@ def main() -> None:
         )
         + "\n"
     )
+    os.replace(tmp, out)
+
+
+def devices_main(*, steps: int, rounds: int) -> None:
+    cfg = CONFIGS["tiny (tokembed train default)"]
+    c = measure_compile(cfg, steps=steps, warmup=2, rounds=rounds)
+    d = measure_ddp(steps=30)
+    lines = [
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.processor() or platform.machine()}",
+        "",
+        "| what | baseline tok/s | tok/s | ratio |",
+        "|---|---:|---:|---:|",
+        f"| --compile (rope, {cfg['batch_size']} x {cfg['context_length']}, dim {cfg['emb_dim']}; compiling took "
+        f"{c['compile_seconds']:.0f} s) vs eager | {c['eager_tokens_per_s']:,.0f} | {c['compiled_tokens_per_s']:,.0f} | {c['ratio']:.2f}x |",
+        f"| DDP, 2 gloo ranks x batch 8 vs 1 process x batch 8 (1 thread each) | {d['one_process_tokens_per_s']:,.0f} | "
+        f"{d['two_ranks_tokens_per_s']:,.0f} | {d['ratio']:.2f}x |",
+    ]
+    print("\n".join(lines))
+    out = ROOT / "benchmarks" / "results" / "model-devices.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".json.tmp")
+    record = {"command": "benchmarks/bench_model.py --devices-only", "torch": torch.__version__, "compile": c, "ddp": d}
+    tmp.write_text(json.dumps(record, indent=1) + "\n")
     os.replace(tmp, out)
 
 

@@ -193,7 +193,12 @@ def test_rope_batched_position_ids_equal_shared_ones():
     "kwargs, msg",
     [
         (dict(head_dim=7), r"head_dim must be even"),
-        (dict(head_dim=8, scaling="yarn"), r"rope scaling must be one of linear, ntk or None, got 'yarn'"),
+        (
+            dict(head_dim=8, scaling="dynamic"),
+            r"rope scaling must be one of linear, ntk, yarn, llama3 or None, got 'dynamic'",
+        ),
+        (dict(head_dim=8, scaling="yarn", factor=2.0), r"rope scaling 'yarn' needs original_length"),
+        (dict(head_dim=8, fraction=1.5), r"rope fraction must be in \(0, 1\]"),
         (dict(head_dim=8, scaling="ntk", factor=0.5), r"rope scaling factor must be a number >= 1"),
     ],
 )
@@ -406,3 +411,95 @@ def test_every_name_builds_and_unknown_names_are_listed():
         match=r"unknown positional scheme 'xpos'; choose one of learned, sinusoidal, rope, alibi, t5, shaw, none",
     ):
         tokembed.InputEmbedding(10, 4, 4, positional="xpos")
+
+
+# ------------------------------------------------------- the RoPE family against Hugging Face transformers
+
+
+def hf_rope(kind: str, *, head_dim: int, factor: float, original: int, base: float, fraction: float = 1.0):
+    """(inv_freq, attention_factor) from transformers' own ROPE_INIT_FUNCTIONS (an independent implementation)."""
+    pytest.importorskip("transformers", reason="the dev extra installs transformers")
+    from transformers import LlamaConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    params = {"rope_type": kind, "rope_theta": base, "factor": factor, "partial_rotary_factor": fraction}
+    if kind in ("yarn", "llama3"):
+        params["original_max_position_embeddings"] = original
+    if kind == "llama3":
+        params.update(low_freq_factor=1.0, high_freq_factor=4.0)
+    config = LlamaConfig(
+        hidden_size=head_dim * 4,
+        num_attention_heads=4,
+        head_dim=head_dim,
+        max_position_embeddings=int(original * factor),
+        rope_parameters=params,
+    )
+    inv_freq, attention_factor = ROPE_INIT_FUNCTIONS[kind](config, "cpu")
+    return inv_freq.double(), attention_factor
+
+
+@pytest.mark.parametrize("kind", ["linear", "yarn", "llama3"])
+@pytest.mark.parametrize(
+    "head_dim, factor, original, base",
+    [(16, 4.0, 32, 10000.0), (64, 8.0, 2048, 10000.0), (128, 8.0, 8192, 500000.0), (128, 2.5, 4096, 1e6)],
+)
+def test_rope_scalings_equal_transformers(kind, head_dim, factor, original, base):
+    theirs, their_factor = hf_rope(kind, head_dim=head_dim, factor=factor, original=original, base=base)
+    ours = rope_inv_freq(head_dim, base=base, scaling=kind, factor=factor, original_length=original)
+    torch.testing.assert_close(ours, theirs, rtol=2e-6, atol=0)  # transformers computes in float32
+    rope = RotaryEmbedding(head_dim, base=base, scaling=kind, factor=factor, original_length=original)
+    assert rope.attention_factor == pytest.approx(their_factor, rel=1e-12)
+
+
+@pytest.mark.parametrize("kind", ["yarn", "llama3"])
+def test_partial_rope_frequencies_equal_transformers(kind):
+    theirs, their_factor = hf_rope(kind, head_dim=64, factor=4.0, original=256, base=10000.0, fraction=0.5)
+    rope = RotaryEmbedding(64, scaling=kind, factor=4.0, original_length=256, fraction=0.5)
+    assert rope.rotary_dim == 32
+    torch.testing.assert_close(rope.inv_freq, theirs, rtol=2e-6, atol=0)
+    assert rope.attention_factor == pytest.approx(their_factor, rel=1e-12)
+
+
+def test_yarn_temperature_scales_the_logits_by_its_square():
+    # YaRN (Peng et al. 2023, eq. 22): softmax(q.k / (t sqrt(d))) with sqrt(1/t) = 0.1 ln(s) + 1, applied to q and k
+    rope = RotaryEmbedding(16, scaling="yarn", factor=8.0, original_length=32)
+    plain = RotaryEmbedding(16)
+    plain.inv_freq.copy_(rope.inv_freq)  # the same angles, without the temperature
+    q, k, pos = torch.randn(1, 2, 10, 16), torch.randn(1, 2, 10, 16), torch.arange(10)
+    scaled = (lambda a, b: a @ b.transpose(-1, -2))(*rope.rotate(q, k, pos))
+    unscaled = (lambda a, b: a @ b.transpose(-1, -2))(*plain.rotate(q, k, pos))
+    torch.testing.assert_close(scaled, unscaled * (0.1 * math.log(8.0) + 1) ** 2, rtol=1e-5, atol=1e-5)
+
+
+@given(fraction=st.sampled_from([0.25, 0.5, 0.75]), t=st.integers(1, 12))
+@settings(max_examples=12)
+def test_partial_rope_rotates_the_first_part_and_passes_the_rest(fraction, t):
+    x, pos = torch.randn(2, 3, t, 16), torch.arange(t)
+    partial = RotaryEmbedding(16, fraction=fraction)
+    r = partial.rotary_dim
+    out = partial(x, pos)
+    torch.testing.assert_close(out[..., r:], x[..., r:], rtol=0, atol=0)  # no position in the rest
+    torch.testing.assert_close(out[..., :r], RotaryEmbedding(r)(x[..., :r], pos))  # full RoPE of width r
+    torch.testing.assert_close(out.norm(dim=-1), x.norm(dim=-1))  # still a rotation
+
+
+def test_a_gpt_with_partial_rope_and_yarn_runs_past_its_length():
+    model = tokembed.GPT(
+        tokembed.GPTConfig(vocab_size=50, context_length=8, dim=32, n_heads=2, positional="rope", rope_fraction=0.5)
+    )
+    rope = model.positional
+    assert rope.rotary_dim == 8 and rope.original_length == 8
+    ids = torch.randint(0, 50, (1, 32))
+    from tokembed.training.evaluation import rope_scaled
+
+    with rope_scaled(model, "yarn", 4.0):
+        assert rope.scaling == "yarn" and rope.attention_factor > 1
+        assert torch.isfinite(model(ids)).all()
+    assert rope.scaling is None and rope.attention_factor == 1.0  # restored
+
+
+def test_the_torch_free_names_list_every_rope_scaling():
+    from tokembed.embeddings.names import ROPE_SCALINGS as cli_names
+    from tokembed.embeddings.rotary import ROPE_SCALINGS
+
+    assert cli_names == ROPE_SCALINGS

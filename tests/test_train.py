@@ -416,33 +416,32 @@ def test_cli_eval_of_a_missing_checkpoint(tmp_path, capsys):
 @pytest.mark.slow
 def test_positions_experiment_quick(tmp_path, capsys):
     out = tmp_path / "exp"
-    assert main(["experiment", "positions", str(STORY), "--out", str(out), "--quick", "--no-progress"]) == 0
-    doc = json.loads((out / "positions.json").read_text())
+    args = ["experiment", "positions", str(STORY), "--out", str(out), "--quick", "--no-progress"]
+    assert main([*args, "--tokenizer", "bytes"]) == 0
+    doc = json.loads((out / "results.json").read_text())
     assert doc["lengths"] == [16, 32]
-    assert set(doc["results"]) == {
-        "learned",
-        "sinusoidal",
-        "rope",
-        "alibi",
-        "t5",
-        "shaw",
-        "none",
-        "rope+pi",
-        "rope+ntk",
-    }
-    assert doc["results"]["learned"][1]["loss"] is None and doc["results"]["learned"][0]["loss"] < math.log(50257) + 0.5
-    assert all(r["loss"] is not None for name, rows in doc["results"].items() if name != "learned" for r in rows)
+    rope_rows = {"rope+pi", "rope+ntk", "rope+yarn", "rope+llama3"}
+    assert set(doc["results"]) == {"learned", "sinusoidal", "rope", "alibi", "t5", "shaw", "none"} | rope_rows
+    for name, by_eval in doc["results"].items():
+        assert set(by_eval) == {"nonoverlapping", "sliding"}
+        for rows in by_eval.values():
+            assert [r["length"] for r in rows] == [16, 32]  # every length present, in order
+            for r in rows:
+                if name == "learned" and r["length"] > 16:  # refused past its table, with the reason beside it
+                    assert r["loss"] is None and "learned positions stop at 16" in r["note"]
+                else:
+                    assert 0 < r["loss"] < math.log(257) + 0.5 and r["tokens"] > 0
+        assert all(r["stride"] == r["length"] for r in by_eval["nonoverlapping"] if r["loss"] is not None)
+        assert all(r["stride"] == r["length"] // 2 for r in by_eval["sliding"] if r["loss"] is not None)
+    assert doc["config"]["tokenizer"] == "bytes" and doc["runs"]["rope"]["parameters"] > 0
+    assert json.loads((out / "rope" / "config.json").read_text())["model"]["vocab_size"] == 257
     md = (out / "positions.md").read_text()
-    assert "| scheme | L=16 (1x) | L=32 (2x) |" in md and "| learned |" in md and "n/a" in md
-    assert (out / "positions.png").read_bytes()[:4] == b"\x89PNG"
+    assert "| scheme | evaluation | L=16 (1x) | L=32 (2x) |" in md and "| learned | sliding | " in md and "n/a" in md
+    for png in ("positions.png", "positions-nonoverlapping.png", "positions-sliding.png"):
+        assert (out / png).read_bytes()[:4] == b"\x89PNG"
     # a second run reuses the trained checkpoints
-    assert (
-        main(
-            ["experiment", "positions", str(STORY), "--out", str(out), "--quick", "--no-progress", "--schemes", "alibi"]
-        )
-        == 0
-    )
-    assert json.loads((out / "positions.json").read_text())["results"]["alibi"] == doc["results"]["alibi"]
+    assert main([*args, "--tokenizer", "bytes", "--schemes", "alibi"]) == 0
+    assert json.loads((out / "results.json").read_text())["results"]["alibi"] == doc["results"]["alibi"]
 
 
 def test_train_and_eval_on_a_shard_folder(tmp_path, story):
@@ -520,6 +519,36 @@ def test_evaluate_and_experiment_option_errors(tmp_path):
         PositionsExperiment(data="d", out="o", schemes=("rope", "rope"))
     with pytest.raises(ValueError, match=r"multiples must be integers >= 1, got \(1, 0\)"):
         PositionsExperiment(data="d", out="o", multiples=(1, 0))
+    with pytest.raises(ValueError, match=r"evaluation must be one of nonoverlapping, sliding, got 'strided'"):
+        tokembed.evaluate(tmp_path / "run", lengths=[16], evaluation="strided")
+    with pytest.raises(ValueError, match=r"stride=4 applies to the sliding evaluation"):
+        tokembed.evaluate(tmp_path / "run", lengths=[16], stride=4)
+    with pytest.raises(ValueError, match=r"rope_scaling entries must be among linear, ntk, yarn, llama3, got 'x'"):
+        PositionsExperiment(data="d", out="o", rope_scaling=("x",))
+
+
+@pytest.mark.parametrize("positional", ["rope", "alibi", "sinusoidal"])
+@pytest.mark.parametrize("length, stride", [(16, 8), (16, 1), (32, 5), (16, 16)])
+def test_sliding_evaluation_equals_its_definition(positional, length, stride):
+    # Written from the definition with the plain forward and F.cross_entropy: window k starts at k*stride
+    # and its last `stride` predictions are scored (each with >= length - stride tokens of context).
+    from tokembed.training.evaluation import evaluate_tokens
+
+    torch.manual_seed(0)
+    model = tokembed.GPT(
+        GPTConfig(vocab_size=40, context_length=16, dim=16, n_layers=1, n_heads=2, positional=positional)
+    )
+    tokens = torch.randint(0, 40, (200,))
+    got = evaluate_tokens(model, tokens, length=length, stride=stride, batch_size=3, max_windows=7)
+    nll, n = 0.0, 0
+    with torch.no_grad():
+        for k in range(7):
+            w = tokens[k * stride : k * stride + length + 1]
+            logits = model(w[None, :-1])[0, -stride:]  # (S,V)
+            nll += torch.nn.functional.cross_entropy(logits, w[-stride:], reduction="sum").item()
+            n += stride
+    assert got["tokens"] == n and got["windows"] == 7 and got["stride"] == stride
+    assert got["loss"] == pytest.approx(nll / n, rel=1e-5)
 
 
 def test_cli_resume_on_other_data_is_refused(tmp_path, capsys):

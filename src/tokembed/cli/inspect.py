@@ -169,7 +169,9 @@ def _figure(args, table):
     if args.kind in ("pca", "tsne"):
         if table.counts is None:
             _warn_queries(table, [])
-        return plot.plot_projection(table, method=args.kind, n_points=args.points, label_top=args.labels)
+        return plot.plot_projection(
+            table, method=args.kind, n_points=args.points, label_top=args.labels, progress=_bars(args)
+        )
     if args.kind == "positions":
         return _positions_figure(args, table)
     if args.kind == "norms":
@@ -241,7 +243,7 @@ def _cmd_report(args) -> int:
         label_top=args.labels,
         tsne=False if args.no_tsne else None,
     )
-    out = write_report(args.source, args.output, config=config, overwrite=args.force)
+    out = write_report(args.source, args.output, config=config, overwrite=args.force, progress=_bars(args))
     print(f"wrote {out}")
     return 0
 
@@ -486,3 +488,10 @@ def _register_export(subparsers) -> None:
     e.add_argument("--tokenizer", default="gpt2", help="tokenizer of tables that do not name one")
     e.add_argument("--force", action="store_true", help="replace existing files")
     e.set_defaults(func=_cmd_export)
+
+
+def _bars(args) -> bool:
+    """Progress bars for a person at a terminal; none in a pipe, a log, or with --json."""
+    import sys
+
+    return not getattr(args, "json", False) and sys.stderr.isatty()

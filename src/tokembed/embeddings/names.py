@@ -21,7 +21,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["POSITIONAL_NAMES", "SCHEMES", "PositionalScheme", "positional_scheme"]
+__all__ = ["POSITIONAL_NAMES", "ROPE_SCALINGS", "SCHEMES", "PositionalScheme", "positional_scheme"]
+
+# RoPE's long-context scalings (tokembed.embeddings.rotary defines them): position interpolation,
+# NTK-aware base, YaRN, Llama 3.
+ROPE_SCALINGS = ("linear", "ntk", "yarn", "llama3")
 
 
 @dataclass(frozen=True)

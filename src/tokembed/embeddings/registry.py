@@ -56,6 +56,8 @@ def attention_positional(
     rope_base: float = 10000.0,
     rope_scaling: str | None = None,
     rope_factor: float = 1.0,
+    rope_fraction: float = 1.0,
+    rope_original_length: int | None = None,
     t5_num_buckets: int = 32,
     t5_max_distance: int = 128,
     shaw_max_distance: int = 16,
@@ -66,7 +68,14 @@ def attention_positional(
     """
     scheme = positional_scheme(name)
     builders = {
-        "rope": lambda: RotaryEmbedding(head_dim, base=rope_base, scaling=rope_scaling, factor=rope_factor),
+        "rope": lambda: RotaryEmbedding(
+            head_dim,
+            base=rope_base,
+            scaling=rope_scaling,
+            factor=rope_factor,
+            original_length=rope_original_length,
+            fraction=rope_fraction,
+        ),
         "alibi": lambda: ALiBi(n_heads),
         "t5": lambda: T5RelativeBias(n_heads, num_buckets=t5_num_buckets, max_distance=t5_max_distance),
         "shaw": lambda: ShawRelativePositions(head_dim, max_distance=shaw_max_distance),

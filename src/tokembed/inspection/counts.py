@@ -29,7 +29,9 @@ def table_with_counts(table: EmbeddingTable, *, corpus=None, min_count: int | No
     return table.with_counts(counts, f"corpus {corpus}", min_count=min_count)
 
 
-def token_counts(corpus: str | Path, *, tokenizer="gpt2", vocab_size: int | None = None) -> torch.Tensor:
+def token_counts(
+    corpus: str | Path, *, tokenizer="gpt2", vocab_size: int | None = None, progress: bool = False
+) -> torch.Tensor:
     """(V,) how many times each token id occurs in a corpus.
 
     Args:
@@ -38,7 +40,10 @@ def token_counts(corpus: str | Path, *, tokenizer="gpt2", vocab_size: int | None
             whose ``*.txt`` files (recursively) are read.
         tokenizer: the tokenizer the table was trained with (for text).
         vocab_size: length of the result (default: the tokenizer's vocabulary).
+        progress: a progress bar over the shards or files.
     """
+    from tqdm.auto import tqdm
+
     enc = resolve_tokenizer(tokenizer)
     path = Path(corpus)
     V = vocab_size or (enc.n_vocab if enc is not None else None)
@@ -53,7 +58,7 @@ def token_counts(corpus: str | Path, *, tokenizer="gpt2", vocab_size: int | None
         recorded = manifest_token_counts(shards.manifest, "train", V)
         if recorded is not None:  # counted by prepare: no need to read the shards again
             return torch.from_numpy(recorded)
-        for i in range(len(shards.shards)):
+        for i in tqdm(range(len(shards.shards)), desc="counting tokens", unit="shard", disable=not progress):
             ids = torch.from_numpy(np.asarray(shards.tokens(i), dtype=np.int64))  # (n,) uint16/32 on disk
             counts += torch.bincount(ids[ids < V], minlength=V)
         return counts
@@ -69,7 +74,7 @@ def token_counts(corpus: str | Path, *, tokenizer="gpt2", vocab_size: int | None
         raise FileNotFoundError(f"corpus {path} does not exist; pass the text the table was trained on")
     if enc is None:
         raise ValueError(f"counting the tokens of text needs the table's tokenizer; corpus {path} is text")
-    for f in files:
+    for f in tqdm(files, desc="counting tokens", unit="file", disable=not progress):
         try:
             text = f.read_text(encoding="utf-8")
         except UnicodeDecodeError as e:

@@ -42,6 +42,7 @@ def plot_projection(
     n_points: int = 2000,
     label_top: int = 40,
     seed: int = 0,
+    progress: bool = False,
 ):
     """A 2-D map of token vectors, the most frequent tokens labelled, under-trained ones marked.
 
@@ -58,10 +59,11 @@ def plot_projection(
         label_top: label up to this many tokens, the most frequent first, skipping a token whose
             label would overlap one already placed.
         seed: t-SNE's random state and the sample's seed.
+        progress: a bar while t-SNE runs.
     """
     counts = table.counts if counts is None else counts[: table.vocab_size]
     ids, chosen = _projection_ids(table, ids, counts, n_points, seed)
-    xy = project_2d(table.subset(ids), method=method, seed=seed)  # (n,2)
+    xy = project_2d(table.subset(ids), method=method, seed=seed, progress=progress)  # (n,2)
     fig = new_figure(8, 6.8)
     ax = fig.add_subplot()
     if counts is not None:

@@ -13,7 +13,7 @@ __all__ = ["PROJECTIONS", "project_2d"]
 PROJECTIONS = ("pca", "tsne")
 
 
-def project_2d(vectors, *, method: str = "pca", seed: int = 0) -> np.ndarray:
+def project_2d(vectors, *, method: str = "pca", seed: int = 0, progress: bool = False) -> np.ndarray:
     """(n, D) vectors -> (n, 2) coordinates for a picture.
 
     Args:
@@ -22,6 +22,7 @@ def project_2d(vectors, *, method: str = "pca", seed: int = 0) -> np.ndarray:
             centred rows; sign fixed so that each axis' largest loading is positive).
             ``"tsne"``: scikit-learn's t-SNE (extra ``tsne``), which keeps near neighbours near.
         seed: t-SNE's random state.
+        progress: show that t-SNE is running (scikit-learn reports no steps: one bar, done when it is).
     """
     x = as_table_tensor("the vectors to project", vectors).double()
     if method not in PROJECTIONS:
@@ -50,5 +51,12 @@ def project_2d(vectors, *, method: str = "pca", seed: int = 0) -> np.ndarray:
     tsne = TSNE(n_components=2, perplexity=perplexity, init="pca", random_state=seed)
     # One OpenMP thread: beside torch's own OpenMP runtime, sklearn's threads spin against it
     # (40 points took 33 s with the default threads on a busy 2-core machine, 0.27 s with one).
-    with threadpool_limits(limits=1, user_api="openmp"):
-        return tsne.fit_transform(x.numpy()).astype(np.float64)
+    from tqdm.auto import tqdm
+
+    with (
+        threadpool_limits(limits=1, user_api="openmp"),
+        tqdm(total=1, desc=f"t-SNE of {x.shape[0]} points", disable=not progress, leave=False) as bar,
+    ):
+        xy = tsne.fit_transform(x.numpy()).astype(np.float64)
+        bar.update(1)
+    return xy

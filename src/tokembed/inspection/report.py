@@ -84,7 +84,9 @@ figcaption{font-size:.85rem;color:#555}.grid{display:flex;flex-wrap:wrap;gap:1re
 """
 
 
-def write_report(source, out: str | Path, *, config: ReportConfig = ReportConfig(), overwrite: bool = False) -> Path:
+def write_report(
+    source, out: str | Path, *, config: ReportConfig = ReportConfig(), overwrite: bool = False, progress: bool = False
+) -> Path:
     """Write the HTML report about ``source`` to ``out``.
 
     Args:
@@ -92,6 +94,7 @@ def write_report(source, out: str | Path, *, config: ReportConfig = ReportConfig
         out: the ``.html`` file to write (atomically).
         config: what to include.
         overwrite: replace an existing file.
+        progress: progress bars (corpus counting, then one step per section).
 
     Returns:
         ``out``.
@@ -100,6 +103,8 @@ def write_report(source, out: str | Path, *, config: ReportConfig = ReportConfig
         ModuleNotFoundError: matplotlib (extra ``plot``) is not installed.
     """
     import html
+
+    from tqdm.auto import tqdm
 
     from tokembed._atomic import atomic_create, check_target
     from tokembed._plot import new_figure
@@ -114,7 +119,12 @@ def write_report(source, out: str | Path, *, config: ReportConfig = ReportConfig
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>"
-        f"<h1>{html.escape(title)}</h1>" + "".join(section(given) for section in SECTIONS) + "</body></html>\n"
+        f"<h1>{html.escape(title)}</h1>"
+        + "".join(
+            section(given)
+            for section in tqdm(SECTIONS, desc="report", unit="section", disable=not progress, leave=False)
+        )
+        + "</body></html>\n"
     )
     with atomic_create(out, overwrite=overwrite) as f:
         f.write(page)

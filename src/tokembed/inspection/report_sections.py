@@ -392,7 +392,9 @@ def _model_settings(model: dict) -> dict:
     from tokembed.model.config import GPTConfig
 
     config = GPTConfig.from_dict(model)
-    scheme_options = set(inspect.signature(attention_positional).parameters) - {"name", "n_heads", "head_dim"}
+    scheme_options = {  # the options a positional module takes that the model's config holds
+        k for k in inspect.signature(attention_positional).parameters if k not in ("name", "n_heads", "head_dim")
+    } & set(model)
     module = attention_positional(
         config.positional,
         n_heads=config.n_heads,

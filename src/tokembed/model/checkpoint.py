@@ -132,12 +132,23 @@ def _write_contents(tmp: Path, model: GPT, *, train, step, tokens_seen, optimize
     save_file(model_state_for_disk(model), str(tmp / "model.safetensors"), metadata={"format": "pt"})
     _fsync_file(tmp / "model.safetensors")
     if optimizer is not None:
-        torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+        torch.save(_to_cpu(optimizer.state_dict()), tmp / "optimizer.pt")  # loads on any device
         _fsync_file(tmp / "optimizer.pt")
     if state is not None:
         _write_json(tmp / "state.json", state)
     if log is not None:
         _write_json(tmp / "log.json", log)
+
+
+def _to_cpu(obj):
+    """A state dict with every tensor on the CPU (a checkpoint written on a GPU resumes on a CPU)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().cpu()
+    if isinstance(obj, dict):
+        return {k: _to_cpu(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_to_cpu(v) for v in obj)
+    return obj
 
 
 def _swap_in(tmp: Path, path: Path) -> None:

@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass
 
 from tokembed._checks import check_int, check_number, check_positive_int, check_probability, config_from_dict
 from tokembed.embeddings.names import positional_scheme
-from tokembed.embeddings.rotary import ROPE_SCALINGS
+from tokembed.embeddings.rotary import ROPE_SCALINGS, rotary_dim
 from tokembed.tokenizer.gpt2 import GPT2_EOT, GPT2_N_VOCAB
 
 
@@ -26,7 +26,9 @@ class GPTConfig:
         tie_embeddings: share the token table with the output head (GPT-2 does).
         bias: biases in the linear layers (GPT-2 has them).
         rope_base, rope_scaling, rope_factor: RoPE's frequency base and long-context scaling
-            (None, ``"linear"`` position interpolation, ``"ntk"``) by ``rope_factor`` >= 1.
+            (None, ``"linear"`` position interpolation, ``"ntk"``, ``"yarn"``, ``"llama3"``) by
+            ``rope_factor`` >= 1; ``context_length`` is the original length YaRN and Llama 3 scale from.
+        rope_fraction: partial RoPE: the share of each head's dimensions that is rotated (1: all).
         t5_num_buckets, t5_max_distance: T5's buckets (32 and 128 in T5).
         shaw_max_distance: Shaw's clipping distance k (16 in the paper).
         document_mask: keep packed documents apart. A window cut from the token stream often holds the
@@ -49,6 +51,7 @@ class GPTConfig:
     rope_base: float = 10000.0
     rope_scaling: str | None = None
     rope_factor: float = 1.0
+    rope_fraction: float = 1.0
     t5_num_buckets: int = 32
     t5_max_distance: int = 128
     shaw_max_distance: int = 16
@@ -81,8 +84,12 @@ class GPTConfig:
         if scheme.even == "dim" and self.dim % 2:
             raise ValueError(f"{scheme.name} positions need an even dim, got {self.dim}")
         if self.rope_scaling is not None and self.rope_scaling not in ROPE_SCALINGS:
-            raise ValueError(f"rope_scaling must be None, 'linear' or 'ntk', got {self.rope_scaling!r}")
+            raise ValueError(
+                f"rope_scaling must be None or one of {', '.join(ROPE_SCALINGS)}, got {self.rope_scaling!r}"
+            )
         object.__setattr__(self, "rope_factor", check_number("rope_factor", self.rope_factor, min=1.0, noun=""))
+        if self.positional == "rope":
+            rotary_dim(head_dim, self.rope_fraction)  # raises, naming the fraction, when it rotates no whole pair
         if (
             not isinstance(self.tie_embeddings, bool)
             or not isinstance(self.bias, bool)

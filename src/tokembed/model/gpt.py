@@ -115,6 +115,8 @@ class GPT(nn.Module):
             rope_base=c.rope_base,
             rope_scaling=c.rope_scaling,
             rope_factor=c.rope_factor,
+            rope_fraction=c.rope_fraction,
+            rope_original_length=c.context_length,
             t5_num_buckets=c.t5_num_buckets,
             t5_max_distance=c.t5_max_distance,
             shaw_max_distance=c.shaw_max_distance,

@@ -36,14 +36,16 @@ class _LinearCrossEntropy(torch.autograd.Function):
         total = torch.zeros((), dtype=torch.float64, device=h.device)
         for s in range(0, n, chunk):
             hc, tc = h[s : s + chunk], targets[s : s + chunk]  # (c,D), (c,)
-            logp = torch.log_softmax(hc @ weight.T, dim=-1)  # (c,D) @ (D,V) -> (c,V) log-probabilities
+            # (c,D) @ (D,V) -> (c,V) log-probabilities; in float32 also under bf16 autocast (which makes the product)
+            logp = torch.log_softmax((hc @ weight.T).float(), dim=-1)
             total -= logp.gather(1, tc[:, None]).sum(dtype=torch.float64)
             probs = logp.exp_()  # softmax, in place
             probs[torch.arange(len(tc), device=h.device), tc] -= 1.0  # d(loss_i)/d(logits_i) = softmax - onehot
-            if need_h:
-                torch.mm(probs, weight, out=grad_h[s : s + chunk])  # (c,V) @ (V,D) -> (c,D)
-            if need_w:
-                grad_w.addmm_(probs.T, hc)  # (V,c) @ (c,D) -> (V,D)
+            with torch.autocast(h.device.type, enabled=False):  # under bf16 autocast: float32 gradients
+                if need_h:
+                    torch.mm(probs, weight, out=grad_h[s : s + chunk])  # (c,V) @ (V,D) -> (c,D)
+                if need_w:
+                    grad_w.addmm_(probs.T, hc.to(grad_w.dtype))  # (V,c) @ (c,D) -> (V,D)
         ctx.save_for_backward(*(g for g in (grad_h, grad_w) if g is not None))
         ctx.n, ctx.need_h, ctx.need_w = n, need_h, need_w
         return (total / n).to(h.dtype)

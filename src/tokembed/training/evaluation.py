@@ -1,9 +1,16 @@
 """Validation loss and perplexity of a GPT at the training length and beyond.
 
-Text is cut into non-overlapping windows of ``length`` tokens (each predicting the next token at
-every position, as in training) and the cross-entropy is averaged over every predicted token.
+Two ways to cut the validation tokens into windows of ``length`` (Press et al. 2022, appendix B):
+
+- ``nonoverlapping``: windows at 0, T, 2T, ...; every position of a window is scored, as in
+  training. The first tokens of each window see little context (the "early token curse"), and
+  fewer of them there are at longer T, which flatters long windows.
+- ``sliding``: windows every ``stride`` tokens (default T/2); each window scores only its last
+  ``stride`` tokens, so every scored token sees at least ``T - stride`` tokens of context. Stride 1
+  gives every token exactly T - 1 (the most exact and the most expensive: T forward positions per token).
+
 A model with learned absolute positions has no row for positions past its table: at those
-lengths it is reported as not applicable, with the reason, instead of crashing.
+lengths it is reported as not applicable (``loss`` None), with the reason, instead of crashing.
 """
 
 from __future__ import annotations
@@ -18,32 +25,46 @@ from tokembed._checks import check_positive_int
 from tokembed.embeddings.names import positional_scheme
 from tokembed.embeddings.rotary import RotaryEmbedding
 from tokembed.model.gpt import GPT
+from tokembed.model.loss import linear_cross_entropy
 
-__all__ = ["evaluate", "evaluate_tokens", "rope_scaled"]
+__all__ = ["EVALUATIONS", "evaluate", "evaluate_tokens", "rope_scaled"]
+
+EVALUATIONS = ("nonoverlapping", "sliding")
 
 
 @torch.no_grad()
 def evaluate_tokens(
-    model: GPT, tokens: np.ndarray | torch.Tensor, *, length: int, batch_size: int = 8, max_windows: int | None = None
+    model: GPT,
+    tokens: np.ndarray | torch.Tensor,
+    *,
+    length: int,
+    batch_size: int = 8,
+    max_windows: int | None = None,
+    stride: int | None = None,
+    progress: bool = False,
 ) -> dict:
-    """Mean next-token cross-entropy of ``model`` over non-overlapping windows of ``tokens``.
+    """Mean next-token cross-entropy of ``model`` over windows of ``tokens``.
 
     Args:
         model: the GPT (put in eval mode here, and left in it).
         tokens: (N,) token ids.
-        length: window length T; windows start at 0, T, 2T, ... while T + 1 tokens remain.
+        length: window length T; windows start at 0, S, 2S, ... while T + 1 tokens remain.
         batch_size: windows per forward pass.
         max_windows: evaluate at most this many windows (the first ones).
+        stride: S. None (or T): non-overlapping windows, every position scored. S < T: a sliding
+            window that scores only the last S positions of each window (each sees >= T - S tokens).
+        progress: a progress bar over the windows.
 
     Returns:
-        ``{"length", "loss", "perplexity", "windows", "tokens"}`` (tokens = predictions scored).
+        ``{"length", "stride", "loss", "perplexity", "windows", "tokens"}`` (tokens = predictions scored).
     """
     check_positive_int("length", length)
     check_positive_int("batch_size", batch_size)
+    stride = length if stride is None else min(check_positive_int("stride", stride), length)
     ids = torch.as_tensor(
         np.asarray(tokens, dtype=np.int64) if not isinstance(tokens, torch.Tensor) else tokens, dtype=torch.long
     )
-    n_windows = len(range(0, len(ids) - length, length))
+    n_windows = len(range(0, len(ids) - length, stride))
     if max_windows is not None:
         n_windows = min(n_windows, max_windows)
     if n_windows == 0:
@@ -51,17 +72,11 @@ def evaluate_tokens(
             f"the validation text has {len(ids)} tokens, fewer than one window of length {length} needs ({length + 1}); evaluate shorter lengths or on more text"
         )
     model.eval()
-    device = next(model.parameters()).device
-    total, count = 0.0, 0
-    for first in range(0, n_windows, batch_size):
-        starts = torch.arange(first, min(first + batch_size, n_windows)) * length  # (b,)
-        offsets = torch.arange(length + 1)  # (T+1,)
-        win = ids[starts[:, None] + offsets].to(device)  # (b,T+1): window arithmetic, no copies per window
-        total += model.loss(win[:, :-1], win[:, 1:], reduction="sum").item()  # (b,T),(b,T) -> summed nats
-        count += win.shape[0] * length
+    total, count = _scored(model, ids, length, stride, n_windows, batch_size, progress)
     loss = total / count
     return {
         "length": length,
+        "stride": stride,
         "loss": loss,
         "perplexity": math.exp(min(loss, 700.0)),
         "windows": n_windows,
@@ -69,22 +84,51 @@ def evaluate_tokens(
     }
 
 
-class rope_scaled:
-    """Context manager: evaluate a RoPE model with ``scaling`` by ``factor``, then restore it."""
+def _scored(
+    model: GPT, ids: torch.Tensor, length: int, stride: int, n_windows: int, batch_size: int, progress: bool
+) -> tuple[float, int]:
+    """Summed nats and the number of scored predictions over ``n_windows`` windows every ``stride`` tokens."""
+    from tqdm.auto import tqdm
 
-    def __init__(self, model: GPT, scaling: str | None, factor: float) -> None:
+    device = next(model.parameters()).device
+    offsets = torch.arange(length + 1)  # (T+1,)
+    total, count = 0.0, 0
+    bar = tqdm(total=n_windows, desc=f"eval T={length}", unit="window", disable=not progress, leave=False)
+    for first in range(0, n_windows, batch_size):
+        starts = torch.arange(first, min(first + batch_size, n_windows)) * stride  # (b,)
+        win = ids[starts[:, None] + offsets].to(device)  # (b,T+1): window arithmetic, no copies per window
+        if stride == length:
+            total += model.loss(win[:, :-1], win[:, 1:], reduction="sum").item()  # (b,T),(b,T) -> summed nats
+        else:  # only the last `stride` predictions of each window, which see >= T - stride tokens
+            h = model.hidden(win[:, :-1])[:, -stride:]  # (b,S,D)
+            targets = win[:, -stride:]  # (b,S)
+            total += linear_cross_entropy(h.flatten(0, 1), model.head.weight, targets.flatten(), reduction="sum").item()
+        count += win.shape[0] * stride
+        bar.update(win.shape[0])
+    bar.close()
+    return total, count
+
+
+class rope_scaled:
+    """Context manager: evaluate a RoPE model with ``scaling`` by ``factor``, then restore it.
+
+    ``original_length`` is the trained length (YaRN and Llama 3 scale from it; default the model's context).
+    """
+
+    def __init__(self, model: GPT, scaling: str | None, factor: float, *, original_length: int | None = None) -> None:
         self.modules = [m for m in model.modules() if isinstance(m, RotaryEmbedding)]
         self.scaling, self.factor = scaling, factor
+        self.original_length = original_length or model.config.context_length
 
     def __enter__(self) -> rope_scaled:
-        self.saved = [(m.scaling, m.factor) for m in self.modules]
+        self.saved = [(m.scaling, m.factor, m.original_length) for m in self.modules]
         for m in self.modules:
-            m.set_scaling(self.scaling, self.factor)
+            m.set_scaling(self.scaling, self.factor, original_length=self.original_length)
         return self
 
     def __exit__(self, *exc) -> None:
-        for m, (s, f) in zip(self.modules, self.saved):
-            m.set_scaling(s, f)
+        for m, (s, f, n) in zip(self.modules, self.saved):
+            m.set_scaling(s, f, original_length=n)
 
 
 def evaluate(
@@ -96,6 +140,9 @@ def evaluate(
     max_windows: int | None = None,
     max_tokens: int | None = None,
     rope_scaling: str | None = None,
+    evaluation: str = "nonoverlapping",
+    stride: int | None = None,
+    progress: bool = False,
 ) -> list[dict]:
     """Validation loss and perplexity of a checkpoint at each length.
 
@@ -106,58 +153,84 @@ def evaluate(
             validation part is used (a text file's last ``val_fraction`` of tokens).
         batch_size: windows per forward pass.
         max_windows: at most this many windows per length.
-        max_tokens: at most ``max_tokens // length`` windows per length (at least 1): about the
-            same number of scored tokens at every length.
+        max_tokens: score about this many tokens per length (windows = max_tokens // scored per
+            window, at least 1): the same number of scored tokens at every length.
         rope_scaling: for RoPE models past the training length: ``"linear"`` (position
-            interpolation) or ``"ntk"``, with factor = length / training length.
+            interpolation), ``"ntk"``, ``"yarn"`` or ``"llama3"``, with factor = length / training length.
+        evaluation: ``"nonoverlapping"`` or ``"sliding"`` (see the module docstring).
+        stride: the sliding window's stride (default half of each length); only with ``"sliding"``.
+        progress: a progress bar per length.
 
     Returns:
-        One dict per length: ``length``, ``loss``, ``perplexity``, ``windows``, ``tokens``, or
+        One dict per length: ``length``, ``stride``, ``loss``, ``perplexity``, ``windows``, ``tokens``, or
         ``loss=None`` with ``note`` when the model cannot read that far.
     """
     from tokembed.model.checkpoint import load_checkpoint
-    from tokembed.training.data import check_same_tokenizer, load_training_data
 
     model, config = load_checkpoint(checkpoint) if not isinstance(checkpoint, tuple) else checkpoint
+    _check_evaluate_args(model, lengths, rope_scaling, evaluation, stride)
+    train_cfg = config.get("train", {})
+    train_length = int(train_cfg.get("max_length") or model.config.context_length)
+    val = _validation_tokens(checkpoint, config, data)
+    rows = []
+    for length in lengths:
+        limit = model.max_length
+        if limit is not None and length > limit:
+            note = f"learned positions stop at {limit}: the table has no row for position {limit} and beyond"
+            rows.append({"length": length, "loss": None, "perplexity": None, "note": note})
+            continue
+        step = (stride or max(1, length // 2)) if evaluation == "sliding" else length
+        windows = max_windows
+        if max_tokens is not None:
+            fit = max(1, max_tokens // min(step, length))
+            windows = fit if windows is None else min(windows, fit)
+        factor = max(1.0, length / train_length)
+        scaled = rope_scaling is not None and factor > 1.0
+        with rope_scaled(model, rope_scaling, factor, original_length=train_length) if scaled else _Unchanged():
+            row = evaluate_tokens(
+                model, val, length=length, batch_size=batch_size, max_windows=windows, stride=step, progress=progress
+            )
+        if scaled:
+            row["note"] = f"rope {rope_scaling} scaling x{factor:g}"
+        rows.append(row)
+    return rows
+
+
+class _Unchanged:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+
+def _check_evaluate_args(model: GPT, lengths, rope_scaling, evaluation: str, stride) -> None:
     if not lengths:
         raise ValueError("lengths is empty: give at least one window length, e.g. --lengths 64,128")
     for n in lengths:
         check_positive_int("length", n)
+    if rope_scaling is not None and positional_scheme(model.config.positional).acts != "rotate":
+        raise ValueError(f"rope_scaling applies to rope models; this one uses {model.config.positional!r} positions")
+    if evaluation not in EVALUATIONS:
+        raise ValueError(f"evaluation must be one of {', '.join(EVALUATIONS)}, got {evaluation!r}")
+    if stride is not None:
+        check_positive_int("stride", stride)
+        if evaluation != "sliding":
+            raise ValueError(f"stride={stride} applies to the sliding evaluation; pass evaluation='sliding' or drop it")
+
+
+def _validation_tokens(checkpoint, config: dict, data) -> np.ndarray:
+    """The validation tokens of ``data`` (default: the checkpoint's training data), with its tokenizer."""
+    from tokembed.training.data import check_same_tokenizer, load_training_data
+
     train_cfg = config.get("train", {})
-    train_length = int(train_cfg.get("max_length") or model.config.context_length)
     source = data if data is not None else train_cfg.get("data")
     if source is None:
         raise ValueError("the checkpoint does not name its training data; pass data= (--data)")
-    if rope_scaling is not None and positional_scheme(model.config.positional).acts != "rotate":
-        raise ValueError(f"rope_scaling applies to rope models; this one uses {model.config.positional!r} positions")
     split = load_training_data(
         source, val_fraction=float(train_cfg.get("val_fraction", 0.1)), tokenizer=train_cfg.get("tokenizer")
     )
     check_same_tokenizer(config, split.tokenizer, Path(str(checkpoint if not isinstance(checkpoint, tuple) else "")))
     if split.val is None:
         raise ValueError(f"{source} has no validation split to evaluate on; prepare it with one or pass a text file")
-    rows = []
-    for length in lengths:
-        limit = model.max_length
-        if limit is not None and length > limit:
-            rows.append(
-                {
-                    "length": length,
-                    "loss": None,
-                    "perplexity": None,
-                    "note": f"learned positions stop at {limit}: the table has no row for position {limit} and beyond",
-                }
-            )
-            continue
-        windows = max_windows
-        if max_tokens is not None:
-            windows = max(1, max_tokens // length) if windows is None else min(windows, max(1, max_tokens // length))
-        factor = max(1.0, length / train_length)
-        if rope_scaling is not None and factor > 1.0:
-            with rope_scaled(model, rope_scaling, factor):
-                row = evaluate_tokens(model, split.val, length=length, batch_size=batch_size, max_windows=windows)
-            row["note"] = f"rope {rope_scaling} scaling x{factor:g}"
-        else:
-            row = evaluate_tokens(model, split.val, length=length, batch_size=batch_size, max_windows=windows)
-        rows.append(row)
-    return rows
+    return split.val

@@ -11,6 +11,11 @@ Exact resume: a checkpoint holds the weights, AdamW's state, the loader's positi
 epoch, torch's RNG state (dropout) and the step, and the learning rate is a function of the step.
 A run stopped at any checkpoint and resumed continues with the same batches and the same random
 numbers, so its losses equal an uninterrupted run's (bit for bit on the same machine and threads).
+
+Devices and ranks (``DeviceConfig``, ``tokembed.training.device``): the model trains on CPU, CUDA or
+MPS, optionally under bf16 autocast and ``torch.compile``; under ``torchrun`` each rank trains on its
+own part of every global batch (``batch_size`` windows per rank) with DistributedDataParallel, and
+rank 0 alone evaluates and writes checkpoints. Checkpoints hold CPU tensors whatever the device.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from tokembed.tokenizer.base import TokenizerIdentity
 from tokembed.training.config import RESUMABLE_CHANGES, TrainConfig, lr_at
 from tokembed.training.counts import COUNTS_FILE, MIN_COUNT, TokenCounter
 from tokembed.training.data import TrainingData, check_same_tokenizer, load_training_data
+from tokembed.training.device import DeviceConfig, Distributed, autocast, init_distributed, resolve_device, to_device
 from tokembed.training.evaluation import evaluate_tokens
 from tokembed.training.state import TrainState
 
@@ -48,6 +54,7 @@ class TrainResult:
     train_loss: float | None
     val_loss: float | None
     log: dict
+    is_main: bool = True
 
 
 def train(
@@ -57,6 +64,7 @@ def train(
     resume: bool = False,
     stop_at: int | None = None,
     progress: bool = True,
+    device: DeviceConfig | None = None,
 ) -> TrainResult:
     """Train a GPT and write checkpoints to ``config.out``.
 
@@ -67,7 +75,9 @@ def train(
         resume: continue the checkpoint in ``config.out`` (required if it exists).
         stop_at: stop after this step as if interrupted (a checkpoint is written); the schedule
             still runs to ``max_steps``, so a later ``resume=True`` continues exactly.
-        progress: show a tqdm progress bar with loss and tokens/s.
+        progress: show a tqdm progress bar with loss and tokens/s (on rank 0).
+        device: where and how to compute (default ``DeviceConfig()``: the best device, fp32, eager).
+            Under torchrun (``WORLD_SIZE`` > 1) the run is data-parallel over the ranks.
 
     Returns:
         A ``TrainResult``. Ctrl-C writes a checkpoint at the last finished step, then re-raises.
@@ -76,22 +86,16 @@ def train(
     saved = _saved_run(out, config, resume=resume)
     if stop_at is not None:
         check_positive_int("stop_at", stop_at)
-    max_val_tokens = config.eval_batches * config.batch_size * config.max_length + 1
-    data = load_training_data(
-        config.data, val_fraction=config.val_fraction, max_val_tokens=max_val_tokens, tokenizer=config.tokenizer
-    )
-    if saved is not None:
-        check_same_tokenizer(saved, data.tokenizer, out)
-    given = model_config is not None or saved is not None
-    model_config = fit_vocabulary(_model_config(saved, model_config, config, out), data.tokenizer, given=given)
-    run = _Run(config, model_config, data, new=saved is None)
-    if saved is not None:
-        run.state.restore(out, run.model, run.optimizer, run.loader)
-        run.restore_counts(out, progress=progress)
-    end = config.max_steps if stop_at is None else min(stop_at, config.max_steps)
-    run.loop(end, progress=progress, resumed=saved is not None)
+    device = device or DeviceConfig()
+    dist = init_distributed(device.device)
+    try:
+        run = _start(config, model_config, saved, out, device=device, dist=dist)
+        end = config.max_steps if stop_at is None else min(stop_at, config.max_steps)
+        run.loop(end, progress=progress and dist.is_main, resumed=saved is not None)
+    finally:
+        dist.close()
     s = run.state
-    return TrainResult(out, s.step, s.tokens_seen, s.last_loss("train"), s.last_loss("val"), s.log)
+    return TrainResult(out, s.step, s.tokens_seen, s.last_loss("train"), s.last_loss("val"), s.log, dist.is_main)
 
 
 def fit_vocabulary(model_config: GPTConfig | None, tok: TokenizerIdentity, *, given: bool) -> GPTConfig:
@@ -112,6 +116,24 @@ def fit_vocabulary(model_config: GPTConfig | None, tok: TokenizerIdentity, *, gi
             )
         model_config = dataclasses.replace(model_config, eot_token=tok.eot_token)
     return model_config
+
+
+def _start(config: TrainConfig, model_config: GPTConfig | None, saved: dict | None, out: Path, *, device, dist) -> _Run:
+    """Read the data, settle the model's vocabulary, build the run and restore a saved one."""
+    # Validation: eval_batches global batches (batch_size windows per rank), the same for any world size.
+    max_val_tokens = config.eval_batches * config.batch_size * dist.world_size * config.max_length + 1
+    data = load_training_data(
+        config.data, val_fraction=config.val_fraction, max_val_tokens=max_val_tokens, tokenizer=config.tokenizer
+    )
+    if saved is not None:
+        check_same_tokenizer(saved, data.tokenizer, out)
+    given = model_config is not None or saved is not None
+    model_config = fit_vocabulary(_model_config(saved, model_config, config, out), data.tokenizer, given=given)
+    run = _Run(config, model_config, data, new=saved is None, device=device, dist=dist)
+    if saved is not None:
+        run.state.restore(out, run.model, run.optimizer, run.loader)
+        run.restore_counts(out)
+    return run
 
 
 def _saved_run(out: Path, config: TrainConfig, *, resume: bool) -> dict | None:
@@ -156,12 +178,24 @@ def _model_config(saved: dict | None, given: GPTConfig | None, config: TrainConf
 class _Run:
     """One training run in memory: the model, its optimizer, the loader, and the resumable `TrainState`."""
 
-    def __init__(self, config: TrainConfig, model_config: GPTConfig, data: TrainingData, *, new: bool) -> None:
-        self.config, self.data = config, data
+    def __init__(
+        self,
+        config: TrainConfig,
+        model_config: GPTConfig,
+        data: TrainingData,
+        *,
+        new: bool,
+        device: DeviceConfig,
+        dist: Distributed,
+    ) -> None:
+        self.config, self.data, self.dist, self.precision = config, data, dist, device.precision
+        self.device = resolve_device(device.device, local_rank=dist.local_rank)
         torch.manual_seed(config.seed)  # weights first, then the loader: the order resume relies on
-        self.model = GPT(model_config)
+        self.model = GPT(model_config)  # the plain module: checkpoints and evaluation use it
         if config.init_embeddings and new:  # a resumed run takes its embeddings from the checkpoint
             _init_from_gpt2(self.model, config.init_embeddings)
+        self.model.to(self.device)
+        self.step_model = _step_model(self.model, device, dist, self.device)  # the same weights, maybe wrapped
         self.optimizer = _optimizer(self.model, config)
         self.loader = create_dataloader(
             data.train,
@@ -171,6 +205,9 @@ class _Run:
             shuffle=True,
             seed=config.seed,
             drop_last=True,
+            rank=dist.rank,
+            world_size=dist.world_size,
+            pin_memory=self.device.type == "cuda",
         )
         if len(self.loader) == 0:
             raise ValueError(
@@ -180,16 +217,28 @@ class _Run:
         self.counter: TokenCounter | None = TokenCounter(model_config.vocab_size)
         self.batches = None
 
-    def restore_counts(self, out: Path, *, progress: bool) -> None:
-        """Continue the checkpoint's token counts; a checkpoint without them gives a run without them."""
-        if not self.counter.restore(out):
-            self.counter = None
-            if progress:
-                from tqdm.auto import tqdm
+    def restore_counts(self, out: Path) -> None:
+        """Continue the checkpoint's token counts (rank 0 holds them; the ranks' counts add up at each save).
 
-                tqdm.write(
-                    f"{out} records no token counts (written by an older tokembed): this run records none either"
-                )
+        A checkpoint without them gives a run without them, not counts of part of the run.
+        """
+        if not (out / COUNTS_FILE).is_file():
+            import warnings
+
+            warnings.warn(f"{out} records no token counts (an older tokembed): this run records none", stacklevel=2)
+            self.counter = None
+        elif self.dist.is_main:
+            self.counter.restore(out)
+
+    def _global_counts(self) -> TokenCounter | None:
+        """The counts of every rank added up (a collective: every rank calls it at each save)."""
+        if self.counter is None or not self.dist.active:
+            return self.counter
+        total = TokenCounter(self.counter.counts.shape[0])
+        summed = self.counter.counts.to(self.device)
+        torch.distributed.all_reduce(summed)
+        total.counts = summed.cpu()
+        return total
 
     def loop(self, end: int, *, progress: bool, resumed: bool) -> None:
         """Train until step ``end``, evaluating and checkpointing on schedule; Ctrl-C saves, then re-raises."""
@@ -240,19 +289,21 @@ class _Run:
         """One optimizer step (and an evaluation when due); tokens/s counts loading and the step only."""
         c, s = self.config, self.state
         t_start = time.perf_counter()
-        inputs, targets = self._next_batch()
+        inputs, targets = to_device(self._next_batch(), self.device)  # (B,T),(B,T) of this rank
         lr = lr_at(s.step, c)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        loss = self.model.loss(inputs, targets)  # (B,T),(B,T) -> scalar
+        with autocast(self.device, self.precision):
+            loss = self.step_model(inputs, targets)  # (B,T),(B,T) -> scalar
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        loss.backward()  # DDP: gradients are averaged over the ranks here
         if c.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.grad_clip)
         self.optimizer.step()
         if self.counter is not None:  # beside the step count: an interrupted step counts neither
             self.counter.add(inputs)
-        tokens = c.batch_size * c.max_length
+        loss = self.dist.mean(loss)  # the global batch's loss, as one process with all of it would log
+        tokens = c.batch_size * c.max_length * self.dist.world_size
         s.step += 1
         s.tokens_seen += tokens
         tok_s = tokens / max(time.perf_counter() - t_start, 1e-9)
@@ -266,26 +317,31 @@ class _Run:
             self._evaluate()
 
     def _evaluate(self) -> None:
-        if self.data.val is None:
+        if self.data.val is None or not self.dist.is_main:
             return
         c = self.config
-        val = evaluate_tokens(
-            self.model,
-            self.data.val,
-            length=c.max_length,
-            batch_size=c.batch_size,
-            max_windows=c.eval_batches * c.batch_size,
-        )["loss"]
+        with autocast(self.device, self.precision):
+            val = evaluate_tokens(
+                self.model,
+                self.data.val,
+                length=c.max_length,
+                batch_size=c.batch_size,
+                max_windows=c.eval_batches * c.batch_size * self.dist.world_size,
+            )["loss"]
         self.model.train()
         self.state.log["val"].append({"step": self.state.step, "loss": val})
 
     def checkpoint(self) -> None:
+        """Rank 0 writes the checkpoint; the other ranks wait for it (a resume then finds it whole)."""
+        counter = self._global_counts()  # every rank: a collective
+        if self.dist.is_main:
+            self._write_checkpoint(counter)
+        self.dist.barrier()
+
+    def _write_checkpoint(self, counter: TokenCounter | None) -> None:
         s = self.state
         log = s.log
-        extra = {}
-        if self.counter is not None:
-            extra[COUNTS_FILE] = self.counter.write
-        _log_isotropy(log, s.step, self.model, self.counter)
+        _log_isotropy(log, s.step, self.model, counter)
         save_checkpoint(
             self.config.out,
             self.model,
@@ -296,7 +352,7 @@ class _Run:
             optimizer=self.optimizer,
             state=s.to_dict(self.loader),
             log=log,
-            extra_files=extra,
+            extra_files={COUNTS_FILE: counter.write} if counter is not None else None,
         )
 
 
@@ -312,6 +368,31 @@ def _log_isotropy(log: dict, step: int, model: GPT, counter: TokenCounter | None
             model.embed.token.weight, None if counter is None else counter.counts, min_count=MIN_COUNT
         )
     history.append({"step": step, **{k: None if v is None else v.to_dict() for k, v in iso.items()}})
+
+
+class _LossStep(torch.nn.Module):
+    """``GPT.loss`` as a module's forward: what DistributedDataParallel and torch.compile wrap."""
+
+    def __init__(self, model: GPT) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return self.model.loss(inputs, targets)  # (B,T),(B,T) -> scalar
+
+
+def _step_model(model: GPT, device: DeviceConfig, dist: Distributed, where: torch.device) -> torch.nn.Module:
+    """The training step's module: the loss, wrapped in DDP across ranks and compiled when asked."""
+    step: torch.nn.Module = _LossStep(model)
+    if dist.active:
+        from torch.nn.parallel import DistributedDataParallel
+
+        # Buffers (RoPE frequencies, sinusoid tables) are constants: nothing to broadcast each step.
+        ids = [where.index] if where.type == "cuda" else None
+        step = DistributedDataParallel(step, device_ids=ids, forward_sync_buffers=False)
+    if device.compile:
+        step = torch.compile(step)
+    return step
 
 
 def _check_resumable(saved: dict, given: TrainConfig) -> None:

@@ -43,26 +43,38 @@ class TrainState:
             "epoch": self.epoch,
             "loader": _jsonable(loader.state_dict()),
             "rng": _rng_state(),
+            **({"cuda_rng": _cuda_rng_state()} if torch.cuda.is_available() and torch.cuda.is_initialized() else {}),
         }
 
     def restore(self, out: Path, model, optimizer, loader) -> None:
         """Load the checkpoint in ``out`` into ``model``, ``optimizer``, ``loader``, torch's RNG and this state."""
         model.load_state_dict(load_file(str(out / "model.safetensors")), strict=not model.config.tie_embeddings)
-        optimizer.load_state_dict(torch.load(out / "optimizer.pt", weights_only=True))
+        # Saved on the CPU; load_state_dict moves each state tensor to its parameter's device.
+        optimizer.load_state_dict(torch.load(out / "optimizer.pt", weights_only=True, map_location="cpu"))
         state = json.loads((out / "state.json").read_text())
         self.log = json.loads((out / "log.json").read_text())
         self.step, self.tokens_seen, self.epoch = state["step"], state["tokens_seen"], state["epoch"]
         loader.set_epoch(self.epoch)
         loader.load_state_dict(state["loader"])
         _set_rng_state(state["rng"])
+        if "cuda_rng" in state and torch.cuda.is_available():  # dropout on a GPU draws from its own generator
+            torch.cuda.set_rng_state(_from_b64(state["cuda_rng"]))
 
 
 def _rng_state() -> str:
     return base64.b64encode(torch.get_rng_state().numpy().tobytes()).decode("ascii")
 
 
+def _cuda_rng_state() -> str:
+    return base64.b64encode(torch.cuda.get_rng_state().numpy().tobytes()).decode("ascii")
+
+
+def _from_b64(s: str) -> torch.Tensor:
+    return torch.from_numpy(np.frombuffer(base64.b64decode(s), dtype=np.uint8).copy())
+
+
 def _set_rng_state(s: str) -> None:
-    torch.set_rng_state(torch.from_numpy(np.frombuffer(base64.b64decode(s), dtype=np.uint8).copy()))
+    torch.set_rng_state(_from_b64(s))
 
 
 def _jsonable(obj):
