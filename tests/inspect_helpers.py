@@ -33,7 +33,8 @@ def write_checkpoint(
     log: bool = True,
     data: str | None = None,
 ) -> Path:
-    """A checkpoint directory in the layout `tokembed train` writes (config.json, model.safetensors, log.json)."""
+    """A checkpoint directory in the layout `tokembed train` writes (config.json, model.safetensors, log.json,
+    and token_counts.safetensors when ``data`` is given: the counts of that text)."""
     path.mkdir(parents=True)
     dim = tokens.shape[1]
     state = {
@@ -63,6 +64,10 @@ def write_checkpoint(
         "tokens_seen": 61440,
     }
     (path / "config.json").write_text(json.dumps(config))
+    if data is not None:  # `tokembed train` records the ids it read: here, those of the whole text
+        from tokembed import token_counts
+
+        save_file({"counts": token_counts(data)}, str(path / "token_counts.safetensors"))
     if log:
         train = [
             {"step": s, "tokens": 512 * s, "loss": 10.0 * 0.97**s, "lr": 4e-4, "tokens_per_s": 1000.0}
@@ -83,3 +88,16 @@ def gpt2_state(dim: int = 8, *, seed: int = 1, n_positions: int = 1024) -> dict[
         "h.0.attn.c_attn.weight": torch.randn(dim, 3 * dim, generator=g),
         "ln_f.weight": torch.ones(dim),
     }
+
+
+SCHEMES = ("learned", "sinusoidal", "rope", "alibi", "t5", "shaw", "none")
+
+
+def tiny_run(path: Path, positional: str, data: str) -> Path:
+    """A real two-step `tokembed train` run of a tiny model (counts, isotropy log, loss.png, positional weights)."""
+    from tokembed import GPTConfig, TrainConfig, train
+
+    config = TrainConfig(data=data, out=str(path), max_length=16, batch_size=4, max_steps=2, checkpoint_interval=1)
+    model = GPTConfig(context_length=16, dim=16, n_layers=2, n_heads=2, positional=positional)
+    train(config, model, progress=False)
+    return path

@@ -284,3 +284,124 @@ def test_projection_labels_never_overlap_and_the_most_frequent_comes_first(n, to
             assert d[0] >= 0.06 or d[1] >= 0.025
     ranks = [int(np.where(order == k)[0][0]) for k in placed]
     assert ranks == sorted(ranks)  # labels are given in frequency order
+
+
+# ------------------------------------------------------------------ every section, every positional scheme
+HEADINGS = [
+    "Summary",
+    "Training",
+    "Token embeddings",
+    "Under-trained tokens",
+    "Isotropy",
+    "Nearest neighbours",
+    "Tokens of a text",
+    "Position embeddings",
+    "Settings",
+]
+
+
+class Sections(HTMLParser):
+    """Each h2 heading -> the text and the number of images between it and the next h2."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sections: dict[str, dict] = {}
+        self._current = None
+        self._in_h2 = False
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "h2":
+            self._in_h2, self._current = True, ""
+        elif tag == "img" and self._current is not None:
+            self.sections[self._current]["images"] += 1
+
+    def handle_endtag(self, tag):
+        if tag == "h2":
+            self._in_h2 = False
+            self.sections[self._current] = {"text": "", "images": 0}
+
+    def handle_data(self, data):
+        if self._in_h2:
+            self._current += data
+        elif self._current in self.sections:
+            self.sections[self._current]["text"] += data
+
+
+def sections_of(path: Path) -> dict[str, dict]:
+    parser = Sections()
+    parser.feed(path.read_text(encoding="utf-8"))
+    return parser.sections
+
+
+@pytest.fixture(scope="module")
+def scheme_reports(tmp_path_factory):
+    from inspect_helpers import SCHEMES, tiny_run
+
+    root = tmp_path_factory.mktemp("schemes")
+    corpus = root / "manual.txt"  # not the story: the report's text must come from the run's own data
+    corpus.write_text("The quick brown fox reads the manual page of ls. " * 200, encoding="utf-8")
+    return {s: write_report(tiny_run(root / s, s, str(corpus)), root / f"{s}.html", config=FAST) for s in SCHEMES}
+
+
+def test_every_section_has_content_for_each_of_the_seven_schemes(scheme_reports):
+    for scheme, path in scheme_reports.items():
+        found = sections_of(path)
+        assert list(found) == HEADINGS, scheme
+        for heading, content in found.items():
+            assert content["images"] or len(content["text"].strip()) > 20, (scheme, heading, content)
+        positions = found["Position embeddings"]
+        assert f"{scheme} positions" in positions["text"]
+        assert (
+            positions["images"]
+            == {"learned": 2, "sinusoidal": 2, "rope": 2, "alibi": 1, "t5": 1, "shaw": 1, "none": 0}[scheme]
+        )
+        assert "The quick brown fox" in found["Tokens of a text"]["text"]  # the run's own data, not the story
+        assert "under-trained" in found["Nearest neighbours"]["text"]  # a 2-step run barely read anything
+
+
+def test_settings_show_only_what_applied(scheme_reports):
+    rope, t5 = (
+        sections_of(scheme_reports["rope"])["Settings"]["text"],
+        sections_of(scheme_reports["t5"])["Settings"]["text"],
+    )
+    assert "model.rope_base" not in rope and "RotaryEmbedding(head_dim=8, base=10000" in rope
+    assert "T5RelativeBias(n_heads=2, num_buckets=32, max_distance=128" in t5 and "rope" not in t5
+    assert "train.val_fraction" in rope  # a text file: its last tenth was held out
+    assert "model.eot_token" not in rope  # read only by the document mask, which was off
+    assert "train.init_embeddings" not in rope
+
+
+def test_a_shard_folder_run_shows_no_val_fraction_and_its_own_text(tmp_path):
+    from inspect_helpers import tiny_run
+
+    (tmp_path / "doc.txt").write_text("Manual pages describe commands. " * 300, encoding="utf-8")
+    assert main(["prepare", str(tmp_path / "doc.txt"), "--out", str(tmp_path / "shards"), "--quiet"]) == 0
+    out = write_report(tiny_run(tmp_path / "run", "alibi", str(tmp_path / "shards")), tmp_path / "r.html", config=FAST)
+    found = sections_of(out)
+    assert "train.val_fraction" not in found["Settings"]["text"]
+    assert "Manual pages describe commands" in found["Tokens of a text"]["text"]
+
+
+@pytest.mark.slow
+def test_reports_of_every_scheme_render_in_headless_chromium(scheme_reports, tmp_path):
+    for scheme, path in scheme_reports.items():
+        offline = tmp_path / f"{scheme}.html"
+        shutil.copy(path, offline)
+        images, shot = render(offline)
+        assert len(images) == len(parse(path).images), scheme
+        assert all(i["complete"] and i["w"] > 0 and i["h"] > 0 for i in images), (scheme, images)
+
+
+def test_gpt2_wte_gets_candidates_without_counts_and_scores_with_a_corpus(tmp_path, story):
+    state = gpt2_state()
+    state["wte.weight"][[124, 125, *range(177, 188)]] = 0.5  # GPT-2's never-in-UTF-8 byte tokens: one point
+    save_file({"transformer." + k: v for k, v in state.items()}, str(tmp_path / "model.safetensors"))
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
+    found = sections_of(write_report(tmp_path, tmp_path / "a.html", config=FAST))
+    assert "candidates, unconfirmed" in found["Under-trained tokens"]["text"]
+    (tmp_path / "story.txt").write_text(story, encoding="utf-8")
+    scored = write_report(
+        tmp_path, tmp_path / "b.html", config=ReportConfig(n_points=200, tsne=False, corpus=str(tmp_path / "story.txt"))
+    )
+    text = sections_of(scored)["Under-trained tokens"]["text"]
+    assert "average precision" in text and "tokens were read fewer than 10 times" in text

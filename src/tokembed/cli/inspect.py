@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 WORD_HELP = (
@@ -18,9 +19,39 @@ WORD_HELP = (
 
 
 def _table(args):
+    """The table named by SOURCE, with --corpus counts when given, and --min-count."""
+    from tokembed.inspection.counts import table_with_counts
     from tokembed.inspection.load import load_table
 
-    return load_table(args.source, tokenizer=args.tokenizer)
+    table = load_table(args.source, tokenizer=args.tokenizer)
+    return table_with_counts(table, corpus=getattr(args, "corpus", None), min_count=getattr(args, "min_count", None))
+
+
+def _warn_queries(table, queries) -> None:
+    """On stderr: a warning for each query token read fewer than min_count times, or a note without counts."""
+    if table.counts is None:
+        print(
+            f"note: {table.source or 'this table'} records no token counts, so under-trained tokens are not marked "
+            "(pass --corpus, or use a checkpoint written by this tokembed's train)",
+            file=sys.stderr,
+        )
+        return
+    for q in queries:
+        ids = [q] if isinstance(q, int) else table.ids(q)
+        for i in ids:
+            if table.is_undertrained(i):
+                print(
+                    f"warning: {table.label(i)!r} (id {i}) was read {table.count(i):,} times "
+                    f"(fewer than --min-count {table.min_count}): it is under-trained, and answers about it mean little",
+                    file=sys.stderr,
+                )
+
+
+def _mark(item) -> str:
+    """The count column of a neighbour or token row: '' without counts."""
+    if item.count is None:
+        return ""
+    return f"  read {item.count:>9,}" + ("  under-trained" if item.undertrained else "")
 
 
 def _words(args, words):
@@ -46,13 +77,14 @@ def _print_neighbours(title: str, neighbours, as_json: bool) -> None:
         return
     print(title)
     for rank, n in enumerate(neighbours, 1):
-        print(f"  {rank:3d}  {n.token!r:<24} id {n.id:>6}  {n.score:+.4f}")
+        print(f"  {rank:3d}  {n.token!r:<24} id {n.id:>6}  {n.score:+.4f}{_mark(n)}")
 
 
 def _cmd_neighbours(args) -> int:
     table = _table(args)
     result = {}
     words = _words(args, args.words)
+    _warn_queries(table, words)
     for w, nb in zip(words, table.neighbours_many(words, topn=args.topn)):
         ids = [w] if isinstance(w, int) else table.ids(w)
         what = f"{_show(w)} (token{'s' if len(ids) > 1 else ''} {', '.join(map(str, ids))})"
@@ -66,6 +98,7 @@ def _cmd_neighbours(args) -> int:
 def _cmd_analogy(args) -> int:
     table = _table(args)
     pos, neg = _words(args, args.positive), _words(args, args.negative)
+    _warn_queries(table, pos + neg)
     nb = table.most_similar(positive=pos, negative=neg, topn=args.topn)
     if args.json:
         print(json.dumps([vars(n) for n in nb], ensure_ascii=False, indent=1))
@@ -78,6 +111,7 @@ def _cmd_analogy(args) -> int:
 def _cmd_similarity(args) -> int:
     table = _table(args)
     a, b = _words(args, [args.a, args.b])
+    _warn_queries(table, [a, b])
     s = table.similarity(a, b)
     print(
         json.dumps({"a": a, "b": b, "cosine": s}, ensure_ascii=False)
@@ -95,80 +129,81 @@ def _cmd_tokens(args) -> int:
         return 0
     print(f"{'pos':>5}  {'id':>6}  {'norm':>8}  token")
     for r in rows:
-        print(f"{r.position:5d}  {r.id:6d}  {r.norm:8.4f}  {r.token!r}")
+        print(f"{r.position:5d}  {r.id:6d}  {r.norm:8.4f}  {r.token!r:<20}{_mark(r)}")
+    if table.counts is None:
+        _warn_queries(table, [])
     return 0
 
 
 def _cmd_positions(args) -> int:
-    table = _table(args)
-    sim = table.position_similarity()  # (P,P)
-    dist = table.position_step_distance()  # (P,)
-    P = sim.shape[0]
-    offsets = [k for k in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512) if k < P]
-    mean_sim = {k: float(sim.diagonal(k).mean()) for k in offsets}
-    if args.json:
-        print(
-            json.dumps(
-                {
-                    "positional": table.positional,
-                    "positions": P,
-                    "mean_cosine_by_offset": mean_sim,
-                    "step_distance": dist.tolist(),
-                },
-                indent=1,
-            )
-        )
-        return 0
-    print(f"{table.positional} positions: {P} x {table.dim}")
-    print("mean cosine similarity between positions k apart:")
-    for k, v in mean_sim.items():
-        print(f"  k={k:<4d} {v:+.4f}")
-    show = list(range(min(P, args.show)))
-    print("distance of each position's vector to its neighbours (mean of p-1, p+1):")
-    for p in show:
-        print(f"  {p:5d}  {float(dist[p]):.4f}")
-    if len(show) < P:
-        print(f"  ... ({P - len(show)} more; --show N or --json for all)")
-    return 0
+    from tokembed.cli.inspect_training import cmd_positions
+
+    return cmd_positions(args, _table(args))
+
+
+def _cmd_undertrained(args) -> int:
+    from tokembed.cli.inspect_training import cmd_undertrained
+
+    return cmd_undertrained(args, _table(args))
+
+
+def _cmd_isotropy(args) -> int:
+    from tokembed.cli.inspect_training import cmd_isotropy
+
+    return cmd_isotropy(args, _table(args))
 
 
 def _cmd_plot(args) -> int:
-    from tokembed._plot import plot_loss, save_figure
-    from tokembed.inspection import plot
+    from tokembed._plot import save_figure
 
     table = _table(args)
-    counts = None
-    if args.corpus is not None:
-        from tokembed.inspection.counts import token_counts
-
-        counts = token_counts(args.corpus, tokenizer=table.tokenizer, vocab_size=table.vocab_size, progress=_bars(args))
-    if args.kind in ("pca", "tsne"):
-        fig = plot.plot_projection(
-            table,
-            counts=counts,
-            method=args.kind,
-            n_points=args.points,
-            label_top=args.labels,
-            progress=_bars(args),
-        )
-    elif args.kind == "positions":
-        fig = plot.plot_position_similarity(table)
-    elif args.kind == "norms":
-        if counts is None:
-            raise ValueError(
-                "the norms plot needs token frequencies: pass --corpus FILE (the text the table was trained on)"
-            )
-        fig = plot.plot_norm_vs_frequency(table, counts)
-    else:  # loss
-        log_file = Path(args.source) / "log.json"
-        if not log_file.is_file():
-            raise FileNotFoundError(
-                f"{log_file} does not exist: the loss plot needs a checkpoint directory written by `tokembed train`"
-            )
-        fig = plot_loss(json.loads(log_file.read_text(encoding="utf-8")))
+    fig = _figure(args, table)
     save_figure(fig, args.output, overwrite=args.force)
     print(f"wrote {args.output}")
     return 0
+
+
+def _figure(args, table):
+    from tokembed.inspection import plot
+
+    if args.kind in ("pca", "tsne"):
+        if table.counts is None:
+            _warn_queries(table, [])
+        return plot.plot_projection(
+            table, method=args.kind, n_points=args.points, label_top=args.labels, progress=_bars(args)
+        )
+    if args.kind == "positions":
+        return _positions_figure(args, table)
+    if args.kind == "norms":
+        return plot.plot_norm_vs_frequency(table)
+    log = _log(args.source)
+    if args.kind == "isotropy":
+        return plot.plot_isotropy(log.get("isotropy") or [])
+    from tokembed._plot import plot_loss
+
+    return plot_loss(log)
+
+
+def _positions_figure(args, table):
+    from tokembed.inspection import plot
+
+    if table.positions is not None:
+        return plot.plot_position_similarity(table)
+    from tokembed.inspection.positions import checkpoint_position_pictures, describe_scheme, has_position_modules
+
+    pictures = checkpoint_position_pictures(args.source) if has_position_modules(table.positional) else []
+    if not pictures:
+        raise ValueError(f"nothing to draw: {describe_scheme(table.positional)}")
+    return plot.plot_position_picture(pictures[-1])  # RoPE: the similarity against distance
+
+
+def _log(source) -> dict:
+    log_file = Path(source) / "log.json"
+    if not log_file.is_file():
+        raise FileNotFoundError(
+            f"{log_file} does not exist: the loss and isotropy plots need a checkpoint directory written by `tokembed train`"
+        )
+    return json.loads(log_file.read_text(encoding="utf-8"))
 
 
 def _cmd_info(args) -> int:
@@ -183,6 +218,9 @@ def _cmd_info(args) -> int:
         "norm_mean": float(table.norms.mean()),
         "norm_min": float(table.norms.min()),
         "norm_max": float(table.norms.max()),
+        "counts": table.counts_source or None,
+        "undertrained": None if table.counts is None else int(table.undertrained_ids().numel()),
+        "min_count": table.min_count,
     }
     if args.json:
         print(json.dumps(info, indent=1))
@@ -198,6 +236,7 @@ def _cmd_report(args) -> int:
     words = _words(args, args.words) if args.words else None
     config = ReportConfig(
         corpus=args.corpus,
+        min_count=args.min_count,
         words=words,
         topn=args.topn,
         n_points=args.points,
@@ -252,7 +291,6 @@ def _cmd_export(args) -> int:
         return _cmd_export_shards(args)
     import torch
 
-    from tokembed.inspection.counts import token_counts
     from tokembed.inspection.export import export_table
 
     table = _table(args)
@@ -261,13 +299,15 @@ def _cmd_export(args) -> int:
     if args.top is not None:
         if args.top < 1:
             raise ValueError(f"--top must be >= 1, got {args.top}")
-        if args.corpus is not None:
-            counts = token_counts(
-                args.corpus, tokenizer=table.tokenizer, vocab_size=table.vocab_size, progress=_bars(args)
-            )
-            ids = torch.argsort(counts, descending=True, stable=True)[: args.top].tolist()
+        if table.counts is not None:  # the most frequent by the one rule: the table's counts, or --corpus
+            ids = torch.argsort(table.counts, descending=True, stable=True)[: args.top].tolist()
         else:
             ids = list(range(min(args.top, table.vocab_size)))
+            print(
+                f"note: {table.source} records no token counts, so --top keeps the first {len(ids)} ids, not the most "
+                "frequent (pass --corpus)",
+                file=sys.stderr,
+            )
     written = export_table(
         table, args.output, format=fmt, ids=ids, which="positions" if args.positions else "tokens", overwrite=args.force
     )
@@ -276,14 +316,13 @@ def _cmd_export(args) -> int:
     return 0
 
 
-def register(subparsers) -> None:
-    _add_inspect(subparsers)
-    _add_report(subparsers)
-    _add_export(subparsers)
+COUNTS_HELP = (
+    "token counts: by default those the table records (a checkpoint written by `tokembed train`, or its "
+    "safetensors export); --corpus counts a text file, a folder of *.txt or a shard folder instead"
+)
 
 
-def _parent_parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
-    """Options shared by the questions: (every question's, the word questions')."""
+def _parents():
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--tokenizer",
@@ -291,6 +330,13 @@ def _parent_parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]
         help="tokenizer of tables that do not name one (.npy, GPT-2 weights): gpt2 (default), any `tokembed tokenizers` lists, a tokenizer file, or none (ids only)",
     )
     common.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    common.add_argument("--corpus", help="count tokens in this text / folder / shard folder instead. " + COUNTS_HELP)
+    common.add_argument(
+        "--min-count",
+        type=int,
+        default=None,
+        help="tokens read fewer times are marked under-trained (default 10)",
+    )
     wordopts = argparse.ArgumentParser(add_help=False)
     wordopts.add_argument(
         "--space",
@@ -301,21 +347,23 @@ def _parent_parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]
     return common, wordopts
 
 
-def _add_inspect(subparsers) -> None:
-    common, wordopts = _parent_parsers()
+def register(subparsers) -> None:
     p = subparsers.add_parser(
         "inspect",
-        help="neighbours, analogies, similarity, a text's tokens, positions, pictures",
+        help="neighbours, analogies, similarity, a text's tokens, positions, under-trained tokens, isotropy, pictures",
         description="Ask questions of an embedding table. SOURCE: a checkpoint directory, an exported .npy/.safetensors table, or GPT-2 weights. "
         + WORD_HELP,
     )
     p.add_argument("source", metavar="SOURCE", help="checkpoint directory, .npy/.safetensors table, or GPT-2 weights")
     q = p.add_subparsers(dest="question", metavar="QUESTION", required=True)
-    _add_word_questions(q, common, wordopts)
-    _add_table_questions(q, common)
+    common, wordopts = _parents()
+    _register_word_questions(q, common, wordopts)
+    _register_table_questions(q, common)
+    _register_report(subparsers)
+    _register_export(subparsers)
 
 
-def _add_word_questions(q, common, wordopts) -> None:
+def _register_word_questions(q, common, wordopts) -> None:
     s = q.add_parser(
         "neighbours",
         aliases=["nn"],
@@ -326,7 +374,6 @@ def _add_word_questions(q, common, wordopts) -> None:
     s.add_argument("words", nargs="+", metavar="WORD")
     s.add_argument("--topn", type=int, default=10)
     s.set_defaults(func=_cmd_neighbours)
-
     analogy_help = (
         "Rank tokens by cosine similarity to the mean of the unit vectors of the positive words "
         "minus the negative ones, inputs left out (gensim's most_similar). "
@@ -341,50 +388,61 @@ def _add_word_questions(q, common, wordopts) -> None:
     s.add_argument("--negative", "-n", nargs="+", default=[], metavar="WORD")
     s.add_argument("--topn", type=int, default=10)
     s.set_defaults(func=_cmd_analogy)
-
     s = q.add_parser(
         "similarity", parents=[common, wordopts], help="cosine similarity of two words", description=WORD_HELP
     )
     s.add_argument("a", metavar="WORD_A")
     s.add_argument("b", metavar="WORD_B")
     s.set_defaults(func=_cmd_similarity)
-
-
-def _add_table_questions(q, common) -> None:
-    s = q.add_parser("tokens", parents=[common], help="the tokens of a text with ids and embedding norms")
+    s = q.add_parser("tokens", parents=[common], help="the tokens of a text with ids, embedding norms and counts")
     s.add_argument("text", metavar="TEXT")
     s.set_defaults(func=_cmd_tokens)
 
+
+def _register_table_questions(q, common) -> None:
     s = q.add_parser(
-        "positions", parents=[common], help="cosine similarity between positions, distance to neighbouring positions"
+        "positions",
+        parents=[common],
+        help="what the positional scheme does: cosine between learned/sinusoidal positions; RoPE frequencies, "
+        "ALiBi/T5 bias, Shaw vectors against distance",
     )
-    s.add_argument("--show", type=int, default=16, help="positions whose distance is printed (default 16)")
+    s.add_argument("--show", type=int, default=16, help="positions (or distances) printed in full (default 16)")
     s.set_defaults(func=_cmd_positions)
-
-    s = q.add_parser("info", parents=[common], help="shape, tokenizer, positional scheme, norms")
+    s = q.add_parser(
+        "undertrained",
+        parents=[common],
+        help="tokens read fewer than --min-count times, with Magikarp's indicators (Land & Bartolo 2024)",
+    )
+    s.add_argument("--show", type=int, default=30, help="tokens printed (default 30; --json for all)")
+    s.set_defaults(func=_cmd_undertrained)
+    s = q.add_parser(
+        "isotropy",
+        parents=[common],
+        help="mean cosine, top principal components and IsoScore: all rows, trained rows, over the run",
+    )
+    s.set_defaults(func=_cmd_isotropy)
+    s = q.add_parser("info", parents=[common], help="shape, tokenizer, positional scheme, norms, counts")
     s.set_defaults(func=_cmd_info)
-
     s = q.add_parser("plot", parents=[common], help="draw one picture to a file (needs the extra 'plot')")
-    s.add_argument("kind", choices=["pca", "tsne", "positions", "norms", "loss"])
+    s.add_argument("kind", choices=["pca", "tsne", "positions", "norms", "loss", "isotropy"])
     s.add_argument("-o", "--output", required=True, help="the image file (.png, .svg, .pdf)")
-    s.add_argument("--corpus", help="the text the table was trained on: token frequencies (labels, norms plot)")
     s.add_argument("--points", type=int, default=2000, help="tokens placed in a projection")
     s.add_argument("--labels", type=int, default=40, help="tokens labelled in a projection")
     s.add_argument("--force", action="store_true", help="replace an existing file")
     s.set_defaults(func=_cmd_plot)
 
 
-def _add_report(subparsers) -> None:
+def _register_report(subparsers) -> None:
     r = subparsers.add_parser(
         "report",
         help="one self-contained HTML page about an embedding table",
-        description="Write an HTML page (pictures embedded, no network needed) with projections, positional heatmap, norms, loss curve and neighbour tables.",
+        description="Write an HTML page (pictures embedded, no network needed): projections, under-trained tokens, "
+        "isotropy, positions, norms, loss curve, neighbour tables. " + COUNTS_HELP + ".",
     )
     r.add_argument("source", metavar="SOURCE", help="checkpoint directory, .npy/.safetensors table, or GPT-2 weights")
     r.add_argument("-o", "--output", default="report.html", help="the HTML file to write (default report.html)")
-    r.add_argument(
-        "--corpus", help="the text the table was trained on (default: the checkpoint's training data, if it is text)"
-    )
+    r.add_argument("--corpus", help="count tokens in this text / folder / shard folder instead of the recorded counts")
+    r.add_argument("--min-count", type=int, default=None, help="tokens read fewer times are under-trained (default 10)")
     r.add_argument("--words", nargs="+", metavar="WORD", help="words whose neighbours are listed. " + WORD_HELP)
     r.add_argument("--space", action="store_true", help="put a space before each of --words")
     r.add_argument("--topn", type=int, default=8)
@@ -396,7 +454,7 @@ def _add_report(subparsers) -> None:
     r.set_defaults(func=_cmd_report)
 
 
-def _add_export(subparsers) -> None:
+def _register_export(subparsers) -> None:
     e = subparsers.add_parser(
         "export",
         help="write a table for TensorBoard's projector, word2vec tools, numpy or safetensors; "
@@ -420,8 +478,12 @@ def _add_export(subparsers) -> None:
         help="default: from OUT's suffix (.npy, .safetensors, .txt/.vec = word2vec, none = projector); "
         "megatron: Megatron-LM's indexed dataset of the train split; nanogpt: uint16 train.bin/val.bin",
     )
-    e.add_argument("--top", type=int, help="only this many tokens: the most frequent in --corpus, else the first ids")
-    e.add_argument("--corpus", help="text whose most frequent tokens --top keeps")
+    e.add_argument(
+        "--top",
+        type=int,
+        help="only the N most frequent tokens (by the table's counts, or --corpus; without counts the first N ids)",
+    )
+    e.add_argument("--corpus", help="count tokens in this text / folder / shard folder instead of the recorded counts")
     e.add_argument("--positions", action="store_true", help="export the position vectors instead of the token vectors")
     e.add_argument("--tokenizer", default="gpt2", help="tokenizer of tables that do not name one")
     e.add_argument("--force", action="store_true", help="replace existing files")

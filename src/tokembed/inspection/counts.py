@@ -1,4 +1,12 @@
-"""How often each token id occurs in a corpus: the frequencies inspection ranks and marks tokens by."""
+"""Where inspection's token frequencies come from: one rule for every command.
+
+1. ``--corpus`` (``token_counts(corpus)``), when given: it overrides everything else.
+2. Otherwise the counts that travel with the table: ``token_counts.safetensors`` in a checkpoint
+   (the ids ``tokembed train`` read) or ``token_counts`` in an exported ``.safetensors``.
+3. Otherwise none: rankings by frequency and under-trained marks are refused or left out, and say
+   how to get counts. Nothing guesses frequencies from token ids or reads the training data behind
+   the user's back.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +15,18 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tokembed.inspection.table import resolve_tokenizer
+from tokembed.inspection.table import EmbeddingTable, resolve_tokenizer
 from tokembed.tokenizer.base import special_tokens
 
-__all__ = ["token_counts"]
+__all__ = ["table_with_counts", "token_counts"]
+
+
+def table_with_counts(table: EmbeddingTable, *, corpus=None, min_count: int | None = None) -> EmbeddingTable:
+    """``table`` with the counts of ``corpus`` when one is given (else its own), and ``min_count`` if given."""
+    if corpus is None:
+        return table if min_count is None else table.with_min_count(min_count)
+    counts = token_counts(corpus, tokenizer=table.tokenizer, vocab_size=table.vocab_size)
+    return table.with_counts(counts, f"corpus {corpus}", min_count=min_count)
 
 
 def token_counts(
@@ -19,8 +35,9 @@ def token_counts(
     """(V,) how many times each token id occurs in a corpus.
 
     Args:
-        corpus: a ``tokembed prepare`` shard folder (its ``train`` split is counted, no
-            re-tokenizing), a UTF-8 text file, or a folder whose ``*.txt`` files (recursively) are read.
+        corpus: a ``tokembed prepare`` shard folder (its ``train`` split: the counts its manifest
+            records, else the shards are counted; no re-tokenizing), a UTF-8 text file, or a folder
+            whose ``*.txt`` files (recursively) are read.
         tokenizer: the tokenizer the table was trained with (for text).
         vocab_size: length of the result (default: the tokenizer's vocabulary).
         progress: a progress bar over the shards or files.
@@ -34,9 +51,13 @@ def token_counts(
         raise ValueError("token_counts needs a tokenizer or a vocab_size")
     counts = torch.zeros(V, dtype=torch.int64)
     if path.is_dir() and (path / "manifest.json").is_file():
+        from tokembed.shards.counts import manifest_token_counts
         from tokembed.shards.reader import open_shards
 
         shards = open_shards(path, split="train", tokenizer=enc)  # ids of another tokenizer would be noise
+        recorded = manifest_token_counts(shards.manifest, "train", V)
+        if recorded is not None:  # counted by prepare: no need to read the shards again
+            return torch.from_numpy(recorded)
         for i in tqdm(range(len(shards.shards)), desc="counting tokens", unit="shard", disable=not progress):
             ids = torch.from_numpy(np.asarray(shards.tokens(i), dtype=np.int64))  # (n,) uint16/32 on disk
             counts += torch.bincount(ids[ids < V], minlength=V)

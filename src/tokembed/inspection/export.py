@@ -10,8 +10,9 @@ Formats:
   ``KeyedVectors.load_word2vec_format(path)`` reads it).
 * ``npy``: the (V, D) float32 array (row i = token id i), for ``numpy.load``.
 * ``safetensors``: ``token_embeddings`` (V, D) and, when the table has them,
-  ``position_embeddings`` (P, D), with metadata (format, tokenizer, positional scheme);
-  ``tokembed inspect``/``tokembed.load_table`` read it back with its labels.
+  ``position_embeddings`` (P, D) and ``token_counts`` (V,), with metadata (format, tokenizer,
+  positional scheme, where the counts come from); ``tokembed inspect``/``tokembed.load_table`` read
+  it back with its labels and counts.
 
 Labels in the text formats must hold no whitespace, so GPT-2 tokens are spelled as in GPT-2's own
 ``encoder.json``: a space is ``Ġ``, a newline ``Ċ`` (``" king"`` -> ``Ġking``); the spelling is
@@ -163,11 +164,14 @@ def export_safetensors(
     tensors = {"token_embeddings": table.tokens.contiguous()}
     if table.positions is not None:
         tensors["position_embeddings"] = table.positions.contiguous()
+    if table.counts is not None:  # the counts travel with the table: inspect the export as the checkpoint
+        tensors["token_counts"] = table.counts.contiguous()
     meta = {
         "format": EXPORT_FORMAT,
         "tokenizer": _tokenizer_source(table.tokenizer),
         "positional": table.positional,
         "source": table.source,
+        "counts_source": table.counts_source,
     }
     data = save(tensors, metadata=meta)
     with atomic_create(path, "wb", overwrite=overwrite) as f:

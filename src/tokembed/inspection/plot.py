@@ -18,8 +18,10 @@ from tokembed.inspection.project import project_2d
 from tokembed.inspection.table import EmbeddingTable
 
 __all__ = [
+    "plot_isotropy",
     "plot_norm_vs_frequency",
     "plot_position_distance",
+    "plot_position_picture",
     "plot_position_similarity",
     "plot_projection",
 ]
@@ -42,41 +44,33 @@ def plot_projection(
     seed: int = 0,
     progress: bool = False,
 ):
-    """A 2-D map of token vectors, the most frequent tokens labelled (``progress``: a bar while t-SNE runs).
+    """A 2-D map of token vectors, the most frequent tokens labelled, under-trained ones marked.
 
     Args:
         table: the embedding table.
-        ids: the tokens to place; default: the ``n_points`` most frequent in ``counts`` (tokens
-            that occur in the corpus only), or the first ``n_points`` ids without counts (GPT-2's
-            low ids are bytes and early, frequent merges).
-        counts: (V,) token frequencies in the corpus (``tokembed.token_counts``); they size the
-            points and choose the labels.
+        ids: the tokens to place; default: the ``n_points`` most frequent by the counts (tokens
+            read at least once), or, without counts, a random sample of ``n_points`` rows (seeded),
+            which the title says.
+        counts: (V,) token counts; default: the table's own (``table.counts``). They colour and
+            size the points (colour bar), choose the labels, and mark with a red ring the tokens
+            read fewer than ``table.min_count`` times (legend).
         method: ``"pca"`` or ``"tsne"`` (needs scikit-learn).
         n_points: how many tokens when ``ids`` is not given.
         label_top: label up to this many tokens, the most frequent first, skipping a token whose
             label would overlap one already placed.
-        seed: t-SNE's random state.
+        seed: t-SNE's random state and the sample's seed.
+        progress: a bar while t-SNE runs.
     """
-    if ids is None:
-        n = min(n_points, table.vocab_size)
-        if counts is not None:
-            c = counts[: table.vocab_size]
-            seen = int((c > 0).sum())
-            # only tokens of the corpus: the never-seen rows keep their random start and would form a blob
-            ids = torch.argsort(c, descending=True, stable=True)[: min(n, seen) if seen >= 3 else n].tolist()
-        else:
-            ids = list(range(n))
-    ids = [table.check_id(i) for i in ids]
+    counts = table.counts if counts is None else counts[: table.vocab_size]
+    ids, chosen = _projection_ids(table, ids, counts, n_points, seed)
     xy = project_2d(table.subset(ids), method=method, seed=seed, progress=progress)  # (n,2)
-    fig = new_figure(8, 6.5)
+    fig = new_figure(8, 6.8)
     ax = fig.add_subplot()
     if counts is not None:
-        c = counts[ids].double().numpy()
-        sizes = 4 + 40 * np.log1p(c) / max(np.log1p(c).max(), 1e-9)
-        ax.scatter(xy[:, 0], xy[:, 1], s=sizes, alpha=0.5, c=np.log1p(c), cmap="viridis", linewidths=0)
-        order = np.argsort(-c, kind="stable")
+        order = _draw_counted(fig, ax, xy, counts[ids].numpy(), table)
     else:
-        ax.scatter(xy[:, 0], xy[:, 1], s=6, alpha=0.5, linewidths=0)
+        ax.scatter(xy[:, 0], xy[:, 1], s=6, alpha=0.5, linewidths=0, label="token (no counts: size and colour uniform)")
+        ax.legend(loc="best", fontsize=8)
         order = np.arange(len(ids))
     labelled = _spread_labels(xy, order, label_top)
     for k in labelled:
@@ -89,11 +83,57 @@ def plot_projection(
             textcoords="offset points",
         )
     name = "PCA" if method == "pca" else "t-SNE"
-    what = "most frequent" if counts is not None else "first"
-    ax.set_title(f"{name} of {len(ids)} token embeddings ({what} tokens; {len(labelled)} labelled)")
+    ax.set_title(f"{name} of {chosen} of {table.source or 'the table'}; {len(labelled)} labelled", fontsize=10)
     ax.set_xlabel(f"{name} 1")
     ax.set_ylabel(f"{name} 2")
     return fig
+
+
+def _projection_ids(table, ids, counts, n_points: int, seed: int) -> tuple[list[int], str]:
+    """The ids to place and a phrase saying how they were chosen (for the title)."""
+    if ids is not None:
+        ids = [table.check_id(i) for i in ids]
+        return ids, f"{len(ids)} chosen tokens"
+    n = min(n_points, table.vocab_size)
+    if counts is not None and int((counts > 0).sum()) >= 3:
+        # only tokens that were read: the never-read rows all drift the same way and would form a blob
+        n = min(n, int((counts > 0).sum()))
+        return torch.argsort(counts, descending=True, stable=True)[:n].tolist(), f"the {n} most frequent tokens"
+    g = torch.Generator().manual_seed(seed)
+    sample = torch.randperm(table.vocab_size, generator=g)[:n].sort().values.tolist()
+    return sample, f"{n} random tokens (no token counts: pass --corpus)"
+
+
+def _draw_counted(fig, ax, xy: np.ndarray, c: np.ndarray, table: EmbeddingTable) -> np.ndarray:
+    """Points coloured and sized by count (colour bar), under-trained ones ringed (legend); the label order."""
+    from matplotlib.colors import LogNorm
+
+    shown = np.maximum(c, 1)  # a log colour scale: tokens read once and never share the lowest colour
+    sizes = 4 + 40 * np.log1p(c) / max(np.log1p(c).max(), 1e-9)
+    points = ax.scatter(
+        xy[:, 0],
+        xy[:, 1],
+        s=sizes,
+        alpha=0.6,
+        c=shown,
+        cmap="viridis",
+        norm=LogNorm(vmin=1, vmax=max(shown.max(), 2)),
+        linewidths=0,
+    )
+    fig.colorbar(points, ax=ax, label=f"times read ({table.counts_source or 'given counts'})")
+    rare = c < table.min_count
+    if rare.any():
+        ax.scatter(
+            xy[rare, 0],
+            xy[rare, 1],
+            s=30,
+            facecolors="none",
+            edgecolors="red",
+            linewidths=0.8,
+            label=f"under-trained: read < {table.min_count} times ({int(rare.sum())})",
+        )
+        ax.legend(loc="best", fontsize=8)
+    return np.argsort(-c, kind="stable")
 
 
 def _spread_labels(xy: np.ndarray, order: np.ndarray, n: int, *, dx: float = 0.06, dy: float = 0.025) -> list[int]:
@@ -119,7 +159,7 @@ def plot_position_similarity(table: EmbeddingTable, *, max_positions: int | None
     ax = fig.add_subplot()
     im = ax.imshow(sim.numpy(), cmap="RdBu_r", vmin=-1, vmax=1, interpolation="nearest", origin="upper")
     fig.colorbar(im, ax=ax, label="cosine similarity")
-    ax.set_title(f"Cosine similarity between {table.positional} positions")
+    ax.set_title(f"Cosine similarity between {table.positional} positions: {table.source or 'the table'}", fontsize=10)
     ax.set_xlabel("position")
     ax.set_ylabel("position")
     return fig
@@ -135,39 +175,88 @@ def plot_position_distance(table: EmbeddingTable):
     if norms is not None:
         ax.plot(norms, label="norm of the position vector", alpha=0.7)
     ax.set_xlabel("position")
-    ax.set_title(f"How far each {table.positional} position vector is from its neighbours")
+    ax.set_title(
+        f"How far each {table.positional} position vector is from its neighbours: {table.source or 'the table'}",
+        fontsize=10,
+    )
     ax.legend(loc="best", fontsize=8)
     return fig
 
 
-def plot_norm_vs_frequency(table: EmbeddingTable, counts: torch.Tensor):
-    """Embedding norm against corpus frequency (log scale), one point per token seen."""
-    counts = counts[: table.vocab_size]
+def plot_norm_vs_frequency(table: EmbeddingTable, counts: torch.Tensor | None = None):
+    """Embedding norm against how often each token was read (log scale), one point per token read.
+
+    ``counts`` default to the table's own.
+    """
+    counts = (table.require_counts() if counts is None else counts)[: table.vocab_size]
     seen = counts > 0
     if not bool(seen.any()):
-        raise ValueError("no token of the table occurs in the corpus; was it tokenized with another tokenizer?")
+        raise ValueError("no token of the table occurs in the counts; were they made with another tokenizer?")
     fig = new_figure(7, 4.5)
     ax = fig.add_subplot()
+    norms = table.norms[: counts.shape[0]]
     ax.scatter(
         counts[seen].double().numpy(),
-        table.norms[: counts.shape[0]][seen].numpy(),
+        norms[seen].numpy(),
         s=6,
         alpha=0.5,
         linewidths=0,
-        label="tokens in the corpus",
+        label=f"tokens read ({int(seen.sum()):,})",
     )
-    unseen_norms = table.norms[: counts.shape[0]][~seen]
-    if unseen_norms.numel():
+    if (~seen).any():
         ax.axhline(
-            float(unseen_norms.mean()),
+            float(norms[~seen].mean()),
             color="grey",
             ls="--",
             lw=1,
-            label=f"mean norm of the {unseen_norms.numel()} unseen tokens",
+            label=f"mean norm of the {int((~seen).sum()):,} tokens never read",
         )
+    ax.axvline(table.min_count, color="red", ls=":", lw=1, label=f"min count {table.min_count}: under-trained below")
     ax.set_xscale("log")
-    ax.set_xlabel("occurrences in the corpus")
+    ax.set_xlabel(f"times read ({table.counts_source or 'given counts'})")
     ax.set_ylabel("embedding norm")
-    ax.set_title("Embedding norm against token frequency")
+    ax.set_title(f"Embedding norm against token frequency: {table.source or 'the table'}", fontsize=10)
     ax.legend(loc="best", fontsize=8)
+    return fig
+
+
+def plot_position_picture(picture):
+    """One ``tokembed.inspection.positions.PositionPicture``: its curves, legend and title."""
+    fig = new_figure(7, 4.2)
+    ax = fig.add_subplot()
+    for curve in picture.curves:
+        ax.plot(curve.x, curve.y, label=curve.label, lw=1.2, marker="." if len(curve.x) <= 64 else None, ms=3)
+    if picture.log_y:
+        ax.set_yscale("log")
+    ax.set_xlabel(picture.xlabel)
+    ax.set_ylabel(picture.ylabel)
+    ax.set_title(picture.title, fontsize=10)
+    if 1 < len(picture.curves) <= 16:
+        ax.legend(loc="best", fontsize=7, ncol=2 if len(picture.curves) > 8 else 1)
+    return fig
+
+
+def plot_isotropy(history: list[dict]):
+    """Mean cosine, first-component share and IsoScore against the step, from ``log.json``'s ``"isotropy"``."""
+    if not history:
+        raise ValueError("the training log holds no isotropy records; train with this tokembed to record them")
+    fig = new_figure(7, 4)
+    ax = fig.add_subplot()
+    steps = [r["step"] for r in history]
+    for rows, style in (("all", "-"), ("trained", "--")):
+        if all(r.get(rows) for r in history):
+            for key, colour in (("mean_cosine", "C0"), ("top_pc_share", "C1"), ("isoscore", "C2")):
+                ax.plot(
+                    steps,
+                    [r[rows][key] for r in history],
+                    style,
+                    color=colour,
+                    marker="o",
+                    ms=3,
+                    label=f"{key} ({rows} rows)",
+                )
+    ax.set_xlabel("step")
+    ax.set_ylabel("value")
+    ax.set_title("Isotropy of the token table at each checkpoint", fontsize=10)
+    ax.legend(loc="best", fontsize=7)
     return fig

@@ -21,6 +21,7 @@ Similarity is always cosine similarity.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import functools
 import math
@@ -35,6 +36,7 @@ import torch
 from tokembed._checks import check_int
 from tokembed.embeddings.names import SCHEMES
 from tokembed.tokenizer.base import special_tokens
+from tokembed.training.counts import MIN_COUNT, check_min_count
 
 __all__ = [
     "EXPORT_FORMAT",
@@ -62,21 +64,30 @@ def _with_vectors() -> str:
 
 @dataclass(frozen=True)
 class Neighbour:
-    """One answer of a similarity query: a token, its label and its cosine similarity."""
+    """One answer of a similarity query: a token, its label and its cosine similarity.
+
+    ``count`` is how many times the token was read (None when the table has no counts) and
+    ``undertrained`` whether that is fewer than the table's ``min_count``: its vector, and so this
+    answer, then says little about the token.
+    """
 
     id: int
     token: str
     score: float
+    count: int | None = None
+    undertrained: bool | None = None
 
 
 @dataclass(frozen=True)
 class TokenRow:
-    """One token of a text: where it is, its id, its text and the norm of its embedding."""
+    """One token of a text: where it is, its id, its text, the norm of its embedding, and its count."""
 
     position: int
     id: int
     token: str
     norm: float
+    count: int | None = None
+    undertrained: bool | None = None
 
 
 @functools.lru_cache(maxsize=1)
@@ -142,6 +153,19 @@ def as_table_tensor(name: str, value) -> torch.Tensor:
     return value.contiguous()
 
 
+def _as_counts(counts, vocab_size: int) -> torch.Tensor | None:
+    if counts is None:
+        return None
+    counts = torch.as_tensor(np.asarray(counts) if not isinstance(counts, torch.Tensor) else counts)
+    if counts.ndim != 1 or counts.dtype.is_floating_point or counts.dtype == torch.bool:
+        raise ValueError(
+            f"token counts must be a (V,) integer tensor, got dtype {counts.dtype} and shape {tuple(counts.shape)}"
+        )
+    if counts.shape[0] < vocab_size:  # a corpus counted with a smaller vocabulary: the rest never occurred
+        counts = torch.cat([counts, counts.new_zeros(vocab_size - counts.shape[0])])
+    return counts[:vocab_size].to(torch.int64)
+
+
 @dataclass(frozen=True, eq=False)
 class EmbeddingTable:
     """A token embedding table with what is needed to label its rows, and optional position vectors.
@@ -154,6 +178,10 @@ class EmbeddingTable:
         positions: (P, D) the absolute position vectors (learned or sinusoidal), if any.
         positional: the checkpoint's positional scheme ("learned", "sinusoidal", "rope", ...).
         source: where the table came from, for messages and reports.
+        counts: (V,) how many times each token was read: recorded by ``tokembed train`` in the
+            checkpoint, or counted in a corpus (``with_counts``); None when unknown.
+        counts_source: where ``counts`` come from, for titles and messages.
+        min_count: a token read fewer times is under-trained (default ``MIN_COUNT``, 10): answers mark it.
     """
 
     tokens: torch.Tensor
@@ -162,11 +190,16 @@ class EmbeddingTable:
     positions: torch.Tensor | None = None
     positional: str = "none"
     source: str = ""
+    counts: torch.Tensor | None = None
+    counts_source: str = ""
+    min_count: int = MIN_COUNT
     _label_index: dict = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tokens", as_table_tensor("the token table", self.tokens))
         object.__setattr__(self, "tokenizer", resolve_tokenizer(self.tokenizer))
+        object.__setattr__(self, "counts", _as_counts(self.counts, self.vocab_size))
+        check_min_count(self.min_count)
         if self.positions is not None:
             pos = as_table_tensor("the position table", self.positions)
             if pos.shape[1] != self.dim:
@@ -187,6 +220,38 @@ class EmbeddingTable:
             for i, lab in enumerate(labels):
                 index.setdefault(lab, i)
             object.__setattr__(self, "_label_index", index)
+
+    # ----------------------------------------------------------------- counts
+    def with_counts(self, counts, source: str = "", *, min_count: int | None = None) -> EmbeddingTable:
+        """This table with other token counts (e.g. ``token_counts(corpus)``), and another ``min_count`` if given."""
+        n = self.min_count if min_count is None else min_count
+        return dataclasses.replace(self, counts=counts, counts_source=source, min_count=n)
+
+    def with_min_count(self, min_count: int) -> EmbeddingTable:
+        """This table, its counts kept, with another threshold for under-trained tokens."""
+        return dataclasses.replace(self, min_count=min_count)
+
+    def count(self, token_id: int) -> int | None:
+        """How many times the token was read, or None without counts."""
+        return None if self.counts is None else int(self.counts[self.check_id(token_id)])
+
+    def is_undertrained(self, token_id: int) -> bool | None:
+        """True when the token was read fewer than ``min_count`` times; None without counts."""
+        n = self.count(token_id)
+        return None if n is None else n < self.min_count
+
+    def undertrained_ids(self) -> torch.Tensor:
+        """(n,) ids read fewer than ``min_count`` times, ascending; raises without counts."""
+        return torch.nonzero(self.require_counts() < self.min_count).flatten()
+
+    def require_counts(self) -> torch.Tensor:
+        """(V,) the counts; a table without them is an error that says how to get them."""
+        if self.counts is None:
+            raise ValueError(
+                f"this table ({self.source or 'no source'}) records no token counts; pass --corpus (the text or shard "
+                "folder it was trained on), or use a checkpoint written by this tokembed's `train`, which records them"
+            )
+        return self.counts
 
     # ----------------------------------------------------------------- basics
     @property
@@ -300,7 +365,10 @@ class EmbeddingTable:
             scores[excluded] = -math.inf
         k = min(int(topn), self.vocab_size - len(excluded))
         values, idx = torch.topk(scores, k)
-        return [Neighbour(int(i), self.label(int(i)), float(v)) for v, i in zip(values, idx)]
+        return [
+            Neighbour(int(i), self.label(int(i)), float(v), self.count(int(i)), self.is_undertrained(int(i)))
+            for v, i in zip(values, idx)
+        ]
 
     def neighbours(self, query, *, topn: int = 10) -> list[Neighbour]:
         """The ``topn`` tokens closest to ``query`` by cosine similarity, best first.
@@ -383,7 +451,7 @@ class EmbeddingTable:
                 raise ValueError(
                     f"token {p} of the text has id {i}, outside the table's vocabulary (size {self.vocab_size}); was the table trained with another tokenizer?"
                 )
-            rows.append(TokenRow(p, i, self.label(i), float(self.norms[i])))
+            rows.append(TokenRow(p, i, self.label(i), float(self.norms[i]), self.count(i), self.is_undertrained(i)))
         return rows
 
     # -------------------------------------------------------------- positions
@@ -521,7 +589,18 @@ class EmbeddingTable:
             )
         elif _vectors(positional) is None:
             positions = None
-        return cls(tokens, _checkpoint_tokenizer(config), positions=positions, positional=positional, source=str(path))
+        from tokembed.training.counts import read_token_counts
+
+        counts = read_token_counts(path)
+        return cls(
+            tokens,
+            _checkpoint_tokenizer(config),
+            positions=positions,
+            positional=positional,
+            source=str(path),
+            counts=counts,
+            counts_source="" if counts is None else f"recorded by train: input ids of {config.get('step', 0):,} steps",
+        )
 
     @classmethod
     def from_file(cls, path: str | Path, *, tokenizer="gpt2") -> EmbeddingTable:
@@ -550,6 +629,8 @@ class EmbeddingTable:
                             positions=positions,
                             positional=meta.get("positional", "learned" if positions is not None else "none"),
                             source=str(path),
+                            counts=f.get_tensor("token_counts") if "token_counts" in keys else None,
+                            counts_source=meta.get("counts_source", ""),
                         )
                     if "embed.token.weight" in keys:  # a tokembed model file on its own
                         positions = f.get_tensor("embed.position.weight") if "embed.position.weight" in keys else None

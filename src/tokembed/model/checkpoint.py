@@ -8,6 +8,7 @@
     CKPT/state.json           loader state, RNG state, step: what exact resume needs
     CKPT/log.json             {"train": [{"step", "tokens", "loss", "lr", "tokens_per_s"}, ...], "val": [{"step", "loss"}, ...]}
     CKPT/loss.png             the loss curves (when matplotlib is installed)
+    CKPT/token_counts.safetensors  (V,) how many times training read each id (``tokembed.training.counts``)
     CKPT/sha256.json          {file name: sha256} of every file above, written last
 
 Saving writes everything into ``CKPT.tmp-XXXX/`` beside ``CKPT``, fsyncs each file, then swaps the

@@ -43,6 +43,7 @@ from tokembed._atomic import atomic_write_json
 from tokembed._checks import check_int
 from tokembed._lock import folder_lock
 from tokembed.shards.config import PrepareConfig
+from tokembed.shards.counts import split_token_counts
 from tokembed.shards.engines import ENGINES, make_engine
 from tokembed.shards.folder import (
     PARTS,
@@ -267,7 +268,9 @@ def _already_done(out: Path, rank: int, world_size: int) -> PrepareResult:
 def _write_manifest(
     out: Path, identity: dict[str, Any], records: list[dict[str, Any]], n_units: int, mtimes
 ) -> dict[str, Any]:
-    manifest = seal(assemble_manifest(identity, records, n_units, mtimes))
+    manifest = assemble_manifest(identity, records, n_units, mtimes)
+    manifest["token_counts"] = split_token_counts(out, manifest)
+    manifest = seal(manifest)
     atomic_write_json(out / MANIFEST, manifest)
     shutil.rmtree(out / PARTS, ignore_errors=True)
     for p in out.glob("manifest.rank-*.json"):
@@ -403,7 +406,9 @@ def merge_manifests(root: str | os.PathLike) -> dict[str, Any]:
                     f"shard {s.tokens} of unit {r['unit']} is missing or incomplete in {root}; copy every rank's folder into it, then merge again"
                 )
     identity = {k: first[k] for k in ("format", "version", "tokenizer", "dtype", "config", "inputs")}
-    manifest = seal(assemble_manifest(identity, records, first["units"], first.get("input_mtimes")))
+    manifest = assemble_manifest(identity, records, first["units"], first.get("input_mtimes"))
+    manifest["token_counts"] = split_token_counts(root, manifest)
+    manifest = seal(manifest)
     with folder_lock(root, what="tokembed merge"):  # no rank still writing, no other merge
         atomic_write_json(root / MANIFEST, manifest)
         for p in paths:

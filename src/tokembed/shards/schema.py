@@ -232,10 +232,33 @@ def manifest_problems(manifest: Any) -> list[str]:
         and all(m is None or _is_int(m) for m in mtimes)
     ):
         problems.append("manifest: 'input_mtimes' must list one time (an integer, or null) per input")
-    known = {*required, "inputs", "config", "units", "input_mtimes", MANIFEST_HASH}
+    if "token_counts" in manifest:
+        problems += _token_counts_problems(manifest)
+    known = {*required, "inputs", "config", "units", "input_mtimes", "token_counts", MANIFEST_HASH}
     problems += [f"manifest: unknown key {k!r}" for k in manifest if k not in known]  # (a renamed seal too)
     if MANIFEST_HASH in manifest and not (
         isinstance(manifest[MANIFEST_HASH], str) and _SHA256.fullmatch(manifest[MANIFEST_HASH])
     ):
         problems.append(f"manifest: {MANIFEST_HASH!r} must be 64 lowercase hex digits")
+    return problems
+
+
+def _token_counts_problems(manifest: dict[str, Any]) -> list[str]:
+    """``token_counts``: per split, token id (a decimal string) -> how many times it occurs (an int >= 0)."""
+    counts = manifest["token_counts"]
+    if not isinstance(counts, dict):
+        return ["manifest: 'token_counts' must be an object of splits"]
+    n_vocab = manifest["tokenizer"].get("n_vocab") if isinstance(manifest.get("tokenizer"), dict) else None
+    problems = []
+    for split, per_id in counts.items():
+        if split not in manifest.get("splits", {}) or not isinstance(per_id, dict):
+            problems.append(f"manifest: 'token_counts' has {split!r}, which is not a split with counts")
+            continue
+        for key, n in per_id.items():
+            ok_id = isinstance(key, str) and key.isdigit() and (not _is_int(n_vocab) or int(key) < n_vocab)
+            if not ok_id or not _is_int(n) or n < 0:
+                problems.append(
+                    f"manifest: token_counts[{split!r}] has {key!r}: {n!r}; expected an id below n_vocab and a count >= 0"
+                )
+                break
     return problems

@@ -40,6 +40,7 @@ from tokembed.model.config import GPTConfig
 from tokembed.model.gpt import GPT
 from tokembed.tokenizer.base import TokenizerIdentity
 from tokembed.training.config import RESUMABLE_CHANGES, TrainConfig, lr_at
+from tokembed.training.counts import COUNTS_FILE, MIN_COUNT, TokenCounter
 from tokembed.training.data import TrainingData, check_same_tokenizer, load_training_data
 from tokembed.training.device import DeviceConfig, Distributed, autocast, init_distributed, resolve_device, to_device
 from tokembed.training.evaluation import evaluate_tokens
@@ -139,6 +140,7 @@ def _start(config: TrainConfig, model_config: GPTConfig | None, saved: dict | No
     if saved is not None:
         verify_checkpoint(out)  # every file exactly as saved (after the setup checks), or the damaged one named
         run.state.restore(out, run.model, run.optimizer, run.loader)
+        run.restore_counts(out)
     return run
 
 
@@ -223,7 +225,31 @@ class _Run:
                 f"{config.data} gives no full batch of {config.batch_size} windows of {config.max_length} tokens; lower batch_size or max_length"
             )
         self.state = TrainState()
+        self.counter: TokenCounter | None = TokenCounter(model_config.vocab_size)
         self.batches = None
+
+    def restore_counts(self, out: Path) -> None:
+        """Continue the checkpoint's token counts (rank 0 holds them; the ranks' counts add up at each save).
+
+        A checkpoint without them gives a run without them, not counts of part of the run.
+        """
+        if not (out / COUNTS_FILE).is_file():
+            import warnings
+
+            warnings.warn(f"{out} records no token counts (an older tokembed): this run records none", stacklevel=2)
+            self.counter = None
+        elif self.dist.is_main:
+            self.counter.restore(out)
+
+    def _global_counts(self) -> TokenCounter | None:
+        """The counts of every rank added up (a collective: every rank calls it at each save)."""
+        if self.counter is None or not self.dist.active:
+            return self.counter
+        total = TokenCounter(self.counter.counts.shape[0])
+        summed = self.counter.counts.to(self.device)
+        torch.distributed.all_reduce(summed)
+        total.counts = summed.cpu()
+        return total
 
     def loop(self, end: int, *, progress: bool, resumed: bool) -> None:
         """Train until step ``end``, evaluating and checkpointing on schedule.
@@ -288,6 +314,8 @@ class _Run:
         if c.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.grad_clip)
         self.optimizer.step()
+        if self.counter is not None:  # beside the step count: an interrupted step counts neither
+            self.counter.add(inputs)
         loss = self.dist.mean(loss)  # the global batch's loss, as one process with all of it would log
         tokens = c.batch_size * c.max_length * self.dist.world_size
         s.step += 1
@@ -319,13 +347,15 @@ class _Run:
 
     def checkpoint(self) -> None:
         """Rank 0 writes the checkpoint; the other ranks wait for it (a resume then finds it whole)."""
+        counter = self._global_counts()  # every rank: a collective
         if self.dist.is_main:
-            self._write_checkpoint()
+            self._write_checkpoint(counter)
         self.dist.barrier()
 
-    def _write_checkpoint(self) -> None:
+    def _write_checkpoint(self, counter: TokenCounter | None) -> None:
         s = self.state
         log = s.log
+        _log_isotropy(log, s.step, self.model, counter)
         save_checkpoint(
             self.config.out,
             self.model,
@@ -336,7 +366,22 @@ class _Run:
             optimizer=self.optimizer,
             state=s.to_dict(self.loader),
             log=log,
+            extra_files={COUNTS_FILE: counter.write} if counter is not None else None,
         )
+
+
+def _log_isotropy(log: dict, step: int, model: GPT, counter: TokenCounter | None) -> None:
+    """Append the token table's isotropy at this step to ``log["isotropy"]`` (once per step)."""
+    from tokembed.embeddings.isotropy import isotropy_of_table
+
+    history = log.setdefault("isotropy", [])
+    if history and history[-1]["step"] == step:
+        return
+    with torch.no_grad():
+        iso = isotropy_of_table(
+            model.embed.token.weight, None if counter is None else counter.counts, min_count=MIN_COUNT
+        )
+    history.append({"step": step, **{k: None if v is None else v.to_dict() for k, v in iso.items()}})
 
 
 class _LossStep(torch.nn.Module):

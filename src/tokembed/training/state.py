@@ -24,7 +24,8 @@ class TrainState:
         step: optimizer steps done.
         tokens_seen: training tokens read so far.
         epoch: the loader's epoch.
-        log: ``{"train": [{"step", "tokens", "loss", "lr", "tokens_per_s"}, ...], "val": [{"step", "loss"}, ...]}``.
+        log: ``{"train": [{"step", "tokens", "loss", "lr", "tokens_per_s"}, ...], "val": [{"step", "loss"}, ...],
+            "isotropy": [{"step", "all", "trained"}, ...]}`` (isotropy of the token table at each checkpoint).
     """
 
     step: int = 0
