@@ -63,7 +63,8 @@ def test_a_resumed_run_counts_as_an_uninterrupted_one(tmp_path):
 def test_resuming_a_checkpoint_without_counts_records_none(tmp_path):
     cfg = dict(data=str(STORY), out=str(tmp_path / "run"), max_length=16, batch_size=4, max_steps=4)
     train(TrainConfig(checkpoint_interval=2, **cfg), TINY, progress=False, stop_at=2)
-    (tmp_path / "run" / COUNTS_FILE).unlink()  # as written by an older tokembed
+    (tmp_path / "run" / COUNTS_FILE).unlink()  # as written by an older tokembed, which wrote
+    (tmp_path / "run" / "sha256.json").unlink()  # no checksums either
     train(TrainConfig(checkpoint_interval=2, **cfg), None, progress=False, resume=True)
     assert read_token_counts(tmp_path / "run") is None  # not counts of half the run passed off as all of it
 
