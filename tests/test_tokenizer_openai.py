@@ -10,6 +10,7 @@ import inspect
 
 import pytest
 import tiktoken
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -157,3 +158,20 @@ def test_a_tiktoken_file_needs_its_pattern(tmp_path):
         tokembed.get_tokenizer(path)
     with pytest.raises(FileNotFoundError, match=r"tokenizer file .*nope.tiktoken does not exist"):
         tokembed.get_tokenizer(tmp_path / "nope.tiktoken", pattern="gpt2")
+
+
+@pytest.mark.parametrize(
+    "name, unassigned", [("cl100k_base", [100256, 100261, 100275]), ("o200k_base", [199998, 200000, 200017])]
+)
+def test_every_row_of_a_table_has_a_label_even_where_the_tokenizer_has_no_token(name, unassigned):
+    # tiktoken raises KeyError for ids inside n_vocab that no token has; a model still has rows for them.
+    enc = tokembed.get_tokenizer(name)
+    for i in unassigned:
+        with pytest.raises(KeyError):
+            enc.decode_single_token_bytes(i)
+    table = tokembed.EmbeddingTable(torch.randn(enc.n_vocab, 4), enc)
+    labels = [table.label(i) for i in range(enc.n_vocab)]
+    keys = [table.key(i) for i in range(enc.n_vocab)]
+    assert [labels[i] for i in unassigned] == [f"<id {i}>" for i in unassigned]
+    assert [keys[i] for i in unassigned] == [f"<id_{i}>" for i in unassigned]
+    assert len(set(keys)) == enc.n_vocab  # unique, as word2vec and the projector need

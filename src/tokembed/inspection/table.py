@@ -286,8 +286,9 @@ class EmbeddingTable:
         token_id = self.check_id(token_id)
         if self.labels is not None:
             return self.labels[token_id]
-        if self.tokenizer is not None and token_id < self.tokenizer.n_vocab:
-            return self.tokenizer.decode_single_token_bytes(token_id).decode("utf-8", errors="backslashreplace")
+        token = self._token_bytes(token_id)
+        if token is not None:
+            return token.decode("utf-8", errors="backslashreplace")
         return f"<id {token_id}>"
 
     def key(self, token_id: int) -> str:
@@ -299,11 +300,21 @@ class EmbeddingTable:
         token_id = self.check_id(token_id)
         if self.labels is not None:
             return self.labels[token_id]
-        if self.tokenizer is not None and token_id < self.tokenizer.n_vocab:
-            if token_id in self._special_ids:
-                return self.tokenizer.decode_single_token_bytes(token_id).decode("utf-8")
-            return gpt2_byte_spelling(self.tokenizer.decode_single_token_bytes(token_id))
+        token = self._token_bytes(token_id)
+        if token is not None:
+            return token.decode("utf-8") if token_id in self._special_ids else gpt2_byte_spelling(token)
         return f"<id_{token_id}>"
+
+    def _token_bytes(self, token_id: int) -> bytes | None:
+        """The bytes of a token, or None for a row the tokenizer has no token for (beyond its vocabulary, or an
+        unassigned id inside it: cl100k_base has none for 100256 and 100261-100275, o200k_base for 199998 and
+        200000-200017, yet models keep rows for them)."""
+        if self.tokenizer is None or token_id >= self.tokenizer.n_vocab:
+            return None
+        try:
+            return self.tokenizer.decode_single_token_bytes(token_id)
+        except KeyError:
+            return None
 
     @functools.cached_property
     def _special_ids(self) -> frozenset[int]:
