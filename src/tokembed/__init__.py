@@ -9,7 +9,7 @@ process that only prepares shards (a worker, a Ray task, ``tokembed check``) nev
 
 from __future__ import annotations
 
-import importlib
+from tokembed._lazy import lazy_attributes
 
 __version__ = "0.1.0"
 
@@ -70,14 +70,4 @@ _PUBLIC = {
 __all__ = sorted(_PUBLIC)
 
 
-def __getattr__(name: str):
-    module = _PUBLIC.get(name)
-    if module is None:
-        raise AttributeError(f"module 'tokembed' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"tokembed.{module}"), name)
-    globals()[name] = value  # later lookups skip __getattr__
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_PUBLIC))
+__getattr__, __dir__ = lazy_attributes("tokembed", globals(), _PUBLIC)

@@ -9,7 +9,7 @@ queries and keys (``RotaryEmbedding``), added to attention scores (``ALiBi``, ``
 
 from __future__ import annotations
 
-import importlib
+from tokembed._lazy import lazy_attributes
 
 _PUBLIC = {
     "ALiBi": "tokembed.embeddings.bias",
@@ -32,14 +32,4 @@ _PUBLIC = {
 __all__ = sorted(_PUBLIC)
 
 
-def __getattr__(name: str):
-    module = _PUBLIC.get(name)
-    if module is None:
-        raise AttributeError(f"module 'tokembed.embeddings' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_PUBLIC))
+__getattr__, __dir__ = lazy_attributes("tokembed.embeddings", globals(), _PUBLIC)
