@@ -36,8 +36,9 @@ source, chosen by the mixture's quota schedule (`tokembed.data.mixture_windows`)
 
 from __future__ import annotations
 
+import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +46,7 @@ import numpy as np
 import torch
 
 from tokembed._checks import check_bool, check_int, check_positive_int
+from tokembed.data import streaming
 from tokembed.data.mixture_windows import MixtureWindows
 from tokembed.data.plan import RankPlan, rank_plan
 from tokembed.data.shuffle import FeistelPermutation
@@ -201,15 +203,27 @@ class _RankBatches(torch.utils.data.IterableDataset):
         # tokens), then handed out as contiguous slices of the chunk. Not in workers: a slice sent
         # to the main process would carry its whole chunk through shared memory.
         per_chunk = max(1, _CHUNK_TOKENS // (b * self.dataset.max_length)) if info is None else 1
+        if getattr(self.dataset, "streamed", False):  # remote blocks are pinned per gather: one batch's at a time
+            per_chunk = 1
         # The permutation is evaluated for blocks of positions, small at first (the first batch comes
         # at once) and doubling up to _PERM_POSITIONS (amortising numpy's per-call overhead).
         pool = _BufferPool() if info is None else None
         step = max(1, 1024 // (b * per_chunk)) * per_chunk  # batches per block, a multiple of per_chunk
         most = max(per_chunk, _PERM_POSITIONS // b // per_chunk * per_chunk)
+        order = streaming.follow(self.dataset, self.epoch, ts, workers=nw if info else 0)  # remote sources only
+        try:
+            yield from self._blocks(ts, step, most, per_chunk, pool, order)
+        finally:
+            if order is not None:
+                order.close()
+
+    def _blocks(self, ts: range, step: int, most: int, per_chunk: int, pool, order) -> Iterator[Any]:
         while len(ts):
             head, ts, step = ts[:step], ts[step:], min(2 * step, most)
             for block in self.epoch.chunks(head, len(head)):  # (K', B); the shorter last batch apart
                 for i in range(0, len(block), per_chunk):
+                    if order is not None:  # the remote caches learn what comes next, and fetch ahead
+                        order.at(head[i] if i < len(head) else head[-1])
                     ks = block[i : i + per_chunk]  # (K, B)
                     out = None if pool is None else pool.get((ks.size, self.dataset.max_length))
                     inputs, targets = self.dataset._gather(ks.ravel(), out)  # (K*B, T), (K*B, T)
@@ -412,6 +426,15 @@ def _per_rank_batch(batch_size, global_batch_size, rank, world_size) -> int:
     return g // w
 
 
+def _refuse_remote_options(remote: dict[str, Any]) -> None:
+    given = [k for k, v in remote.items() if v is not None]
+    if given:
+        raise ValueError(
+            f"{', '.join(given)} for a Mixture go to the Mixture itself: Mixture(sources, {given[0]}=...), "
+            "so that it can read its remote sources' manifests"
+        )
+
+
 def create_dataloader(
     source,
     *,
@@ -431,6 +454,9 @@ def create_dataloader(
     prefetch_factor: int | None = None,
     multiprocessing_context: str | None = None,
     global_batch_size: int | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    cache_bytes: int | str | None = None,
 ) -> WindowLoader:
     """Batches of the chapter's windows from a shard folder, a token array or a text, at memory speed.
 
@@ -451,6 +477,9 @@ def create_dataloader(
         pin_memory, prefetch_factor, multiprocessing_context: passed to the workers' DataLoader.
         global_batch_size: windows per step over all ranks (``G``); ``batch_size`` is then ``G / world_size``.
             A state saved at one world size resumes at another with the same ``G`` (see the module's notes).
+        storage_options, cache_dir, cache_bytes: for a remote shard folder (a URL) or a mixture's remote
+            sources: see `SlidingWindowDataset`. The loader tells the cache its order: blocks are fetched ahead
+            of use and evicted by Belady's rule (`tokembed.data.streaming`).
 
     Returns:
         A `WindowLoader`: iterate for ``(inputs, targets)``, int64 (B, T) each; ``len()``, ``set_epoch``,
@@ -480,7 +509,8 @@ def create_dataloader(
                 raise ValueError(
                     f"{name}={value} differs from the dataset's {name}={getattr(source, name)}; leave it out or build the dataset with it"
                 )
-        given = {"within_documents": within_documents, "split": split, "verify": verify}
+        given = {"within_documents": within_documents, "split": split, "verify": verify, "cache_dir": cache_dir}
+        given |= {"storage_options": storage_options, "cache_bytes": cache_bytes}
         if any(v not in (None, False) for v in given.values()):
             raise ValueError(
                 f"{', '.join(f'{k}={v!r}' for k, v in given.items() if v not in (None, False))} applies when "
@@ -490,7 +520,17 @@ def create_dataloader(
     else:
         if max_length is None:
             raise TypeError("create_dataloader() needs max_length (tokens per window), e.g. max_length=256")
+        remote = {"storage_options": storage_options, "cache_dir": cache_dir, "cache_bytes": cache_bytes}
+        if getattr(source, "window_dataset_class", None) is not None:  # a Mixture carries its own remote options
+            _refuse_remote_options(remote)
+            remote = {}
         dataset = SlidingWindowDataset(
-            source, max_length=max_length, stride=stride, within_documents=within_documents, split=split, verify=verify
+            source,
+            max_length=max_length,
+            stride=stride,
+            within_documents=within_documents,
+            split=split,
+            verify=verify,
+            **remote,
         )
     return WindowLoader(dataset, config, rank=rank, world_size=world_size)

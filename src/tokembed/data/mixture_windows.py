@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from typing import Any
 
 import numpy as np
 import torch
@@ -56,7 +57,9 @@ class MixtureWindows(SlidingWindowDataset):
             raise TypeError(f"{', '.join(unused)} do not apply to a Mixture of shard folders; leave them out")
         kw = dict(max_length=max_length, stride=stride, within_documents=within_documents, split=split, verify=verify)
         self.mixture = mixture
-        self.sources = [SlidingWindowDataset(p, **kw) for p in mixture.paths]
+        r = mixture.remote  # for the sources that are URLs
+        remote = dict(storage_options=r.storage_options, cache_dir=r.cache_dir, cache_bytes=r.cache_bytes)
+        self.sources = [SlidingWindowDataset(p, **kw, **remote) for p in mixture.paths]
         first = self.sources[0]
         self.max_length, self.stride, self.within_documents = first.max_length, first.stride, first.within_documents
         self.source_kind = "mixture"
@@ -163,6 +166,8 @@ class MixtureWindows(SlidingWindowDataset):
             for s in np.flatnonzero(np.bincount(source, minlength=len(self.sources))).tolist():
                 sel = source == s
                 starts[sel] = self.sources[s]._starts(window[sel]) + self._offsets[s]
+        if self.streamed:  # a remote source: each source gathers its own rows (its blocks pinned in the cache)
+            return self._split(self._rows_by_source(source, starts), out)
         cum, flats = self._segments()
         w = self.max_length + 1
         seg = np.searchsorted(cum, starts, side="right") - 1  # (B,) the segment of each start
@@ -173,11 +178,39 @@ class MixtureWindows(SlidingWindowDataset):
             for i, j, ok, a in zip(seg.tolist(), local.tolist(), inside.tolist(), starts.tolist())
         ]
         rows = np.concatenate(pieces).reshape(len(codes), w)  # (B, T+1): one copy, in the batch's order
-        shape = (len(codes), self.max_length)
+        return self._split(rows, out)
+
+    def _split(self, rows: np.ndarray, out: tuple[np.ndarray, np.ndarray] | None) -> tuple[torch.Tensor, torch.Tensor]:
+        shape = (len(rows), self.max_length)
         inputs, targets = out if out is not None else (np.empty(shape, np.int64), np.empty(shape, np.int64))
         np.copyto(inputs, rows[:, :-1])  # (B, T) int64
         np.copyto(targets, rows[:, 1:])  # (B, T), the inputs shifted by one
         return torch.from_numpy(inputs), torch.from_numpy(targets)
+
+    @property
+    def streamed(self) -> bool:
+        """Whether any source is a remote folder (read in blocks through the cache)."""
+        return any(s.streamed for s in self.sources)
+
+    def block_reads(self, codes: np.ndarray) -> list[tuple[Any, np.ndarray, list[str], np.ndarray, np.ndarray]]:
+        """The blocks of remote sources that coded windows ``codes`` read (see `SlidingWindowDataset.block_reads`)."""
+        source, window = self.sources_of(np.asarray(codes, np.int64).ravel())
+        out = []
+        for s in np.flatnonzero(np.bincount(source, minlength=len(self.sources))).tolist():
+            sel = np.flatnonzero(source == s)
+            for ss, rows, keys, shard, block in self.sources[s].block_reads(window[sel]):
+                out.append((ss, sel[rows], keys, shard, block))
+        return out
+
+    def _rows_by_source(self, source: np.ndarray, starts: np.ndarray) -> np.ndarray:
+        """(B, T+1) rows, each source's windows gathered by that source: ``starts`` in the sources' joint stream."""
+        rows = np.empty(
+            (len(starts), self.max_length + 1), dtype=np.dtype(f"<u{max(s.dtype.itemsize for s in self.sources)}")
+        )
+        for s in np.flatnonzero(np.bincount(source, minlength=len(self.sources))).tolist():
+            sel = np.flatnonzero(source == s)
+            rows[sel] = self.sources[s].gather_rows(starts[sel] - self._offsets[s])
+        return rows
 
     def fingerprint(self) -> str:
         """A hash of the sources' data fingerprints (not of their paths, nor of the weights or seed)."""

@@ -35,7 +35,8 @@ def machine_cache(options: RemoteOptions) -> BlockCache:
     cache = _CACHES.get(key)
     if cache is None:
         log = os.environ.get("TOKEMBED_CACHE_LOG")  # tests and benchmarks count fetches with it
-        cache = _CACHES[key] = BlockCache(root, key[2], fetch_log=Path(log) if log else None)
+        policy = os.environ.get("TOKEMBED_CACHE_POLICY", "belady")  # "lru": the baseline of the benchmarks
+        cache = _CACHES[key] = BlockCache(root, key[2], policy=policy, fetch_log=Path(log) if log else None)
     return cache
 
 

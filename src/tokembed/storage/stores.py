@@ -21,9 +21,11 @@ A `Store` is picklable: it keeps the URL and the options, and each process makes
 from __future__ import annotations
 
 import contextlib
+import errno
 import importlib.util
 import os
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
@@ -35,7 +37,28 @@ __all__ = ["BACKENDS", "RemoteError", "Store", "open_store"]
 BACKENDS = ("fsspec", "obstore")
 _T = TypeVar("_T")
 _NOT_TRANSIENT = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, FileExistsError)
+# A request the server refused as malformed (s3fs's codes for 400, 405, 501, ...): trying again cannot help
+_BAD_REQUEST = {errno.EINVAL, errno.EPERM, errno.ENOSYS, errno.EMSGSIZE, errno.ENAMETOOLONG, errno.ENOTEMPTY}
 _METADATA_KW = {"s3": "Metadata", "gs": "metadata", "az": "metadata", "abfs": "metadata"}  # user metadata on upload
+
+
+_INHERITED: list[Any] = []
+_OBSTORE_PID: list[int] = []  # the process that first used obstore (its runtime does not survive a fork)
+
+
+def _forget_parent_sessions() -> None:
+    """In a forked child: drop the finalizers of async clients inherited from the parent (s3fs, gcsfs register
+    ``close_session`` with `weakref.finalize`). Run in the child, they would close the parent's connections on
+    the child's event loop and print "attached to a different loop" tracebacks."""
+    registry = getattr(weakref.finalize, "_registry", {})
+    for f in list(registry):
+        info = registry.get(f)
+        if info is not None and getattr(info.func, "__name__", "") == "close_session":
+            f.detach()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_parent_sessions)
 
 
 class RemoteError(ConnectionError):
@@ -107,6 +130,10 @@ class Store:
     def client(self) -> Any:
         """This process's client (made on first use, again after a fork)."""
         if self._client is None or self._client[0] != os.getpid():
+            if self._client is not None:
+                # A client inherited through fork belongs to the parent's event loop: collecting it here would
+                # run its finalizer against that loop. Keep it; a forked worker ends with os._exit.
+                _INHERITED.append(self._client[1])
             self._client = (os.getpid(), self._new_client())
         return self._client[1]
 
@@ -136,8 +163,12 @@ class Store:
                     raise PermissionError(
                         f"{what} {where} was refused ({reason}); check the credentials: {self._credential_hint()}"
                     ) from None
-                if isinstance(e, _NOT_TRANSIENT):
-                    raise type(e)(f"{what} {where}: {reason}") from None
+                if isinstance(e, _NOT_TRANSIENT) or (isinstance(e, OSError) and e.errno in _BAD_REQUEST):
+                    raise (
+                        OSError(e.errno, f"{what} {where}: {reason}")
+                        if e.errno
+                        else type(e)(f"{what} {where}: {reason}")
+                    ) from None
                 if attempt + 1 == self.retries:
                     raise RemoteError(
                         f"{what} {where} failed {self.retries} times, the last with {reason}; check the network and "
@@ -255,6 +286,8 @@ class ObstoreStore(Store):
 
     obstore reads credentials from the environment (``AWS_*``, ``GOOGLE_*``, ``AZURE_*``) and from
     ``storage_options`` (its own configuration keys); ``~/.aws`` profiles need boto3 (use the fsspec backend).
+    obstore does not survive a fork (measured: a read in a forked child of a process that used it hangs), so a
+    forked DataLoader worker reads through fsspec.
     """
 
     backend = "obstore"
@@ -284,6 +317,10 @@ class ObstoreStore(Store):
     def _read(self, key: str, start: int | None, end: int | None) -> bytes:
         import obstore
 
+        if not _OBSTORE_PID:
+            _OBSTORE_PID.append(os.getpid())
+        if _OBSTORE_PID[0] != os.getpid():  # a forked child: obstore's runtime hangs here, fsspec reads instead
+            return super()._read(key, start, end)
         if start is None or end is None:
             return bytes(obstore.get(self._reader(), key).bytes())
         return bytes(obstore.get_range(self._reader(), key, start=start, end=end))
