@@ -48,16 +48,23 @@ def add_blocks(root: Path, block_bytes: int | None) -> None:
 
 
 def make_folder(
-    root: Path, *, n_tokens: int = 60_000, n_shards: int = 4, block_bytes: int | None = 4096, seed: int = 0
+    root: Path,
+    *,
+    n_tokens: int = 60_000,
+    n_shards: int = 4,
+    block_bytes: int | None = 4096,
+    seed: int = 0,
+    align: int = 1,
 ) -> np.ndarray:
-    """A shard folder of about ``n_tokens`` tokens of random documents; returns its token stream."""
+    """A shard folder of about ``n_tokens`` tokens of random documents; returns its token stream. Shards are
+    cut at multiples of ``align`` tokens."""
     rng = np.random.default_rng(seed)
     docs, total = [], 0
     while total < n_tokens:
         n = int(rng.integers(20, 1500))
         docs.append(rng.integers(0, 50256, n).tolist())
         total += n + 1
-    cuts = sorted(set(np.linspace(0, total, n_shards + 1)[1:-1].astype(int).tolist()))
+    cuts = sorted({int(c) // align * align for c in np.linspace(0, total, n_shards + 1)[1:-1]} - {0})
     stream, _ = write_cut_stream(Path(root), docs, cuts)
     add_blocks(Path(root), block_bytes)
     return stream
@@ -82,4 +89,8 @@ def put_bytes(url: str, data: bytes) -> None:
 
 def cache_bytes(cache: Path) -> int:
     """Bytes of block and temporary files under a cache folder (what its bound counts)."""
-    return sum(p.stat().st_size for p in cache.rglob("*") if p.is_file() and p.parent.name not in (".locks",) and p.name not in ("source.json", ".tokembed-cache.lock"))
+    return sum(
+        p.stat().st_size
+        for p in cache.rglob("*")
+        if p.is_file() and p.parent.name not in (".locks",) and p.name not in ("source.json", ".tokembed-cache.lock")
+    )

@@ -9,7 +9,8 @@
    ``test:tester`` / ``testing`` and the ``s3api`` middleware (path-style addressing, region us-east-1);
 3. serves the proxy, account, container and object servers as Swift's own WSGI apps in one eventlet
    process (the layout of Swift's in-process functional tests), logging to ``ROOT/swift.log``;
-4. prints ``READY <proxy port>`` and serves until SIGTERM.
+4. prints ``READY <proxy port>`` and serves until SIGTERM, or until its stdin closes (the test process ended,
+   even by ``kill -9``: no server outlives its tests).
 
 Swift's object server keeps metadata in extended attributes, so ``ROOT`` must be on a filesystem that
 has them (ext4, xfs, btrfs, tmpfs with user xattrs); `xattr_problem` says why a folder will not do.
@@ -169,6 +170,16 @@ def _log_sink(root: Path):
     eventlet.spawn_n(drain)
 
 
+def _exit_with_parent() -> None:
+    """Stop when the test process is gone, however it ended (kill -9 included): its end of our stdin closes."""
+    from eventlet.green import os as green_os
+
+    os.set_blocking(0, False)  # a blocking read would stall every green thread
+    while green_os.read(0, 1024):
+        pass
+    os._exit(0)
+
+
 def serve(root: Path) -> None:
     """Run the cluster under ``root`` in this process until SIGTERM (prints ``READY <proxy port>`` first)."""
     from swift.common.utils import eventlet_monkey_patch
@@ -196,6 +207,7 @@ def serve(root: Path) -> None:
         kw = {"protocol": SwiftHttpProtocol, "capitalize_response_headers": False, "socket_timeout": 60}
         threads.append(eventlet.spawn(wsgi.server, socks[name], app, NullLogger(), **kw))
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+    eventlet.spawn_n(_exit_with_parent)
     eventlet.sleep(0)
     print(f"READY {socks['proxy'].getsockname()[1]}", flush=True)
     for t in threads:
@@ -259,7 +271,11 @@ def start_swift(root: Path, *, timeout: float = 90.0) -> SwiftS3:
         ) from None
     out = open(root / "launcher.out", "w+b")  # noqa: SIM115 (the child writes it while we read)
     proc = subprocess.Popen(
-        [sys.executable, __file__, str(root)], stdout=subprocess.PIPE, stderr=out, start_new_session=True
+        [sys.executable, __file__, str(root)],
+        stdin=subprocess.PIPE,  # closed when this process ends: the server then stops (see _exit_with_parent)
+        stdout=subprocess.PIPE,
+        stderr=out,
+        start_new_session=True,
     )
     port = _wait_ready(proc, out, timeout)
     server = SwiftS3(root=root, endpoint=f"http://127.0.0.1:{port}", process=proc)

@@ -22,6 +22,7 @@ Nothing here changes which windows a batch holds: it only decides when bytes mov
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -29,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from tokembed.storage.cache import Reservation
 from tokembed.storage.future import NextUse
 
 __all__ = ["HORIZON_WINDOWS", "Follow", "follow", "local_ranks"]
@@ -143,16 +145,21 @@ class Follow:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="tokembed-prefetch")
         budget = None
-        for key, when in sorted(needs.items(), key=lambda kv: kv[1]):
+        for key, when in sorted(needs.items(), key=lambda kv: kv[1]):  # reserved in order of need, filled in parallel
             folder = self._sets[key[0]].blocks()
             if budget is None:  # each process prefetches into its share of half the cache
                 budget = folder.cache.cache_bytes // (2 * self.processes)
             start, end = folder.specs[key[1]].span(key[2])
             budget -= end - start
-            if budget < 0 or len(self._pending) >= 4 * self.threads:
+            if budget < 0 or len(self._pending) >= 2 * self.threads:
                 break
-            if key not in self._pending and not folder.path(key[1], key[2]).exists():
-                self._pending[key] = self._pool.submit(_prefetch_one, folder, key[1], key[2], when)
+            if key in self._pending:
+                continue
+            r = folder.reserve_prefetch(key[1], key[2], when)
+            if r == "refused":
+                break  # the cache is full of blocks needed sooner
+            if isinstance(r, Reservation):
+                self._pending[key] = self._pool.submit(_fill, folder, r)
 
     def close(self) -> None:
         if self._pool is not None:
@@ -162,11 +169,10 @@ class Follow:
             ss.use_future(None)
 
 
-def _prefetch_one(folder: Any, key: str, block: int, when: int) -> bool:
-    try:
-        return bool(folder.ensure(key, block, prefetch_when=when))
-    except Exception:  # noqa: BLE001 - the read that needs the block fetches it again and raises with the reason
-        return False
+def _fill(folder: Any, r: Reservation) -> None:
+    # A failed prefetch is dropped: the read that needs the block fetches it again and raises with the reason.
+    with contextlib.suppress(Exception):
+        folder.fill(r)
 
 
 def follow(dataset: Any, epoch: Any, ts: range, *, workers: int = 0) -> Follow | None:

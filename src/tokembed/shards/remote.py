@@ -73,10 +73,11 @@ def fetch_manifest(store: Store) -> dict[str, Any]:
     root = store.where()
     try:
         data = store.read(MANIFEST)
-    except FileNotFoundError:
+    except FileNotFoundError as e:
+        reason = str(e).partition(" was not found (")[2].partition(")")[0]  # the server's words
         raise FileNotFoundError(
-            f"{root}/{MANIFEST} not found: {root} is not a finished shard folder (a `tokembed prepare --out {root}` "
-            "that did not finish uploads the manifest last: rerun it)"
+            f"{root}/{MANIFEST} not found ({reason or 'no such object'}): {root} is not a finished shard folder "
+            f"(a `tokembed prepare --out {root}` that did not finish uploads the manifest last: rerun it)"
         ) from None
     return parse_manifest(data, path=f"{root}/{MANIFEST}", root=root)
 

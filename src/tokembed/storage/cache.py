@@ -21,7 +21,8 @@ it is smaller than one shard or one block.
 **Eviction** asks the process's `future` (the loader's known order, `tokembed.storage.future.NextUse`) when
 each cached block is next needed and evicts the one needed furthest in the future (Belady's rule); blocks the
 future does not mention (another folder's, or not needed again) go first. A prefetch is admitted only if it
-evicts nothing needed sooner than the block it brings. Without a future (a plain `ShardSet.read`), the least
+evicts nothing needed sooner than the block it brings, and prefetches are admitted in the order of need
+(`FolderBlocks.reserve_prefetch`, then `fill` in parallel): prefetching then never costs an extra fetch. Without a future (a plain `ShardSet.read`), the least
 recently used block goes (``policy="lru"`` forces that, for comparisons).
 
 Several processes and threads share the cache: a block being fetched holds its stripe lock, so another
@@ -38,6 +39,7 @@ import mmap
 import os
 import secrets
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,12 +51,12 @@ from tokembed._atomic import atomic_write_json, fsync_dir
 from tokembed.storage.options import format_size
 from tokembed.storage.stores import RemoteError, Store
 
-__all__ = ["BLOCK_BYTES", "NEVER", "BlockCache", "BlockSpec", "CorruptBlockError", "FolderBlocks", "Pin"]
+__all__ = ["BLOCK_BYTES", "NEVER", "BlockCache", "BlockSpec", "CorruptBlockError", "FolderBlocks", "Pin", "Reservation"]
 
 BLOCK_BYTES = 4 << 20  # 4 MiB: a ranged GET long enough to reach the server's bandwidth, short enough to waste little
 NEVER = np.int64(1) << np.int64(62)  # the next use of a block the future does not mention
 _LOCK = ".tokembed-cache.lock"
-_STRIPES = 64  # fetch-lock files per folder version: few files, rare waits between unrelated blocks
+_STRIPES = 256  # fetch-lock files per folder version: few files, rare waits between unrelated blocks
 
 
 class CorruptBlockError(ValueError):
@@ -117,6 +119,17 @@ class Stats:
 
     def as_dict(self) -> dict[str, int]:
         return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """Room made for a block about to be fetched: its fetch lock, its temporary file (open, at full size)."""
+
+    lock: int
+    fd: int
+    tmp: Path
+    key: str
+    block: int
 
 
 class Pin:
@@ -312,16 +325,6 @@ class FolderBlocks:
     def path(self, key: str, b: int) -> Path:
         return self.dir / f"{key}.{b:06d}"
 
-    @contextlib.contextmanager
-    def _fetch_lock(self, key: str, b: int) -> Iterator[None]:
-        stripe = int(hashlib.blake2b(f"{key}:{b}".encode(), digest_size=2).hexdigest(), 16) % _STRIPES
-        fd = os.open(self.dir / ".locks" / f"{stripe:02d}", os.O_RDWR | os.O_CREAT, 0o666)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            os.close(fd)
-
     def pin(self, key: str, b: int) -> Pin:
         """Block ``b`` of ``key``, fetched and verified if it is not in the cache, held in use until released."""
         for _ in range(4):
@@ -346,32 +349,76 @@ class FolderBlocks:
             os.close(fd)
             return None
         if self.cache.policy == "lru" or self.cache.future is None:
+            now = time.time_ns()  # given explicitly: the kernel's own timestamps are as coarse as a clock tick
             with contextlib.suppress(OSError):
-                os.utime(path)  # recency, for LRU
+                os.utime(path, ns=(now, now))  # recency, for LRU
         return Pin(fd, st.st_size)
 
-    def ensure(self, key: str, b: int, *, prefetch_when: int | None = None) -> bool:
-        """Have block ``b`` of ``key`` in the cache. With ``prefetch_when`` (its next use), only if that evicts
-        nothing needed sooner; returns whether the block is in place."""
+    def _lock_fd(self, key: str, b: int, *, wait: bool) -> int | None:
+        """The fetch lock of block ``b`` (a stripe file, flock'ed): its descriptor, or None when ``wait`` is False
+        and another fetch holds it."""
+        stripe = int(hashlib.blake2b(f"{key}:{b}".encode(), digest_size=2).hexdigest(), 16) % _STRIPES
+        fd = os.open(self.dir / ".locks" / f"{stripe:03d}", os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except OSError:
+            os.close(fd)
+            if wait:
+                raise
+            return None
+        return fd
+
+    def ensure(self, key: str, b: int) -> bool:
+        """Have block ``b`` of ``key`` in the cache, fetched now if missing (evicting as Belady's rule says)."""
         path = self.path(key, b)
         if path.exists():
             return True
-        with self._fetch_lock(key, b):
+        lock = self._lock_fd(key, b, wait=True)
+        assert lock is not None
+        try:
             if path.exists():  # fetched meanwhile by another process or thread
                 self.cache.stats.waits += 1
                 return True
             start, end = self.specs[key].span(b)
-            reserved = self.cache._reserve(path, end - start, prefetch_when)
-            if reserved is None:
-                return path.exists()
-            fd, tmp = reserved
-            try:
-                self._fill(fd, tmp, key, b, path)
-            finally:
-                os.close(fd)
-        if prefetch_when is not None:
-            self.cache.stats.prefetched_blocks += 1
+            reserved = self.cache._reserve(path, end - start, None)
+            if reserved is not None:
+                try:
+                    self._fill(reserved[0], reserved[1], key, b, path)
+                finally:
+                    os.close(reserved[0])  # its exclusive lock goes with it: readers may take the block
+        finally:
+            os.close(lock)
         return True
+
+    def reserve_prefetch(self, key: str, b: int, when: int) -> Reservation | str:
+        """Start prefetching block ``b`` (next needed at ``when``): ``"present"``, ``"busy"`` (another fetch of
+        it, or of a block sharing its lock, is running), ``"refused"`` (it would evict a block needed sooner), or
+        the `Reservation` to `fill` (its room is made and held, and its fetch lock taken)."""
+        path = self.path(key, b)
+        if path.exists():
+            return "present"
+        lock = self._lock_fd(key, b, wait=False)
+        if lock is None:
+            return "busy"
+        try:
+            start, end = self.specs[key].span(b)
+            reserved = None if path.exists() else self.cache._reserve(path, end - start, when)
+        except BaseException:
+            os.close(lock)
+            raise
+        if reserved is None:
+            os.close(lock)
+            return "present" if path.exists() else "refused"
+        return Reservation(lock, reserved[0], reserved[1], key, b)
+
+    def fill(self, r: Reservation) -> None:
+        """Fetch a reserved block into place (a prefetch thread's work); the reservation is released either way."""
+        try:
+            self._fill(r.fd, r.tmp, r.key, r.block, self.path(r.key, r.block))
+            self.cache.stats.prefetched_blocks += 1
+        finally:
+            os.close(r.fd)
+            os.close(r.lock)
 
     def _fill(self, fd: int, tmp: Path, key: str, b: int, path: Path) -> None:
         """Fetch, verify (once more on a mismatch) and write block ``b`` into the reserved file, then rename it."""
@@ -418,16 +465,6 @@ class FolderBlocks:
                 f"--cache-bytes (now {format_size(self.cache.cache_bytes)}) or a --cache-dir on a larger disk",
             )
         return e
-
-    def prefetch(self, needs: Sequence[tuple[str, int, int]]) -> int:
-        """Fetch blocks ``(key, block, next use)`` in order of need while each evicts nothing needed sooner;
-        stop at the first that would. Returns how many are in place."""
-        done = 0
-        for key, b, when in needs:
-            if not self.ensure(key, b, prefetch_when=when):
-                break
-            done += 1
-        return done
 
 
 # ----------------------------------------------------------------------------------------------- helpers

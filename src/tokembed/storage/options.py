@@ -102,8 +102,8 @@ def parse_storage_options(pairs: Iterable[str]) -> dict[str, Any]:
     for item in pairs:
         key, sep, raw = item.partition("=")
         if not sep or not key.strip() or any(not k for k in key.strip().split(".")):
-            shown = key if sep else "an item without '='"
-            raise ValueError(f"--storage-option takes KEY=VALUE (e.g. anon=true), got {shown!r}")
+            shown = f"the key {key!r}" if sep else "an item without '=' (not shown: it may be a secret)"
+            raise ValueError(f"--storage-option takes KEY=VALUE (e.g. anon=true), got {shown}")
         try:
             value: Any = json.loads(raw)
         except ValueError:

@@ -72,6 +72,13 @@ def _retry_settings() -> tuple[int, float]:
         raise ValueError("TOKEMBED_RETRIES must be an integer and TOKEMBED_RETRY_WAIT a number of seconds") from None
 
 
+def _installed(package: str) -> bool:
+    try:
+        return importlib.util.find_spec(package) is not None
+    except ValueError:  # sys.modules[package] is None: blocked on purpose
+        return False
+
+
 def _is_not_found(e: BaseException) -> bool:
     return isinstance(e, FileNotFoundError) or type(e).__name__ in ("NotFoundError", "EntryNotFoundError")
 
@@ -114,7 +121,7 @@ class Store:
 
     def _need(self) -> None:
         for package in ("fsspec", self.scheme.package):
-            if importlib.util.find_spec(package) is None:
+            if not _installed(package):
                 raise ImportError(
                     f"reading {public_url(self.url)} needs the {package} package ({self.scheme.description}): "
                     f"{self.scheme.install_hint()}"
@@ -293,7 +300,7 @@ class ObstoreStore(Store):
     backend = "obstore"
 
     def _reader(self) -> Any:
-        if importlib.util.find_spec("obstore") is None:
+        if not _installed("obstore"):
             raise ImportError("TOKEMBED_STORAGE_BACKEND=obstore needs obstore: pip install 'tokembed[obstore]'")
         key = ("obstore", os.getpid())
         cached = self.__dict__.get("_obstore")
