@@ -38,6 +38,7 @@ _PUBLIC = {
     "option": "tokembed.embeddings.scheme",
     "positional_scheme": "tokembed.embeddings.names",
     "register_scheme": "tokembed.embeddings.names",
+    "relative_positions": "tokembed.embeddings.interface",
     "scheme_names": "tokembed.embeddings.names",
     "score_bias_picture": "tokembed.embeddings.pictures",
     "sinusoidal_table": "tokembed.embeddings.sinusoidal",
