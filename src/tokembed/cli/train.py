@@ -114,6 +114,13 @@ def _add_training_options(t) -> None:
     t.add_argument("--eval-interval", type=int)
     t.add_argument("--eval-batches", type=int)
     t.add_argument("--checkpoint-interval", type=int)
+    t.add_argument(
+        "--keep",
+        type=int,
+        dest="keep_checkpoints",
+        metavar="N",
+        help="keep the last N checkpoints: the latest in --out, the N-1 before it beside it as OUT.step-NNNNNNN (default 3)",
+    )
     t.add_argument("--seed", type=int)
     t.add_argument(
         "--init-embeddings",

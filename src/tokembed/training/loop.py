@@ -33,6 +33,7 @@ from tokembed.embeddings.registry import positional_scheme
 from tokembed.model.checkpoint import (
     interrupted_save_hint,
     read_checkpoint_config,
+    resume_checkpoint,
     save_checkpoint,
     verify_checkpoint,
 )
@@ -146,6 +147,8 @@ def _start(config: TrainConfig, model_config: GPTConfig | None, saved: dict | No
 
 def _saved_run(out: Path, config: TrainConfig, *, resume: bool) -> dict | None:
     """The checkpoint config to resume from (checked against ``config``), or None for a new run."""
+    if resume:
+        resume_checkpoint(out)  # the newest complete one of the run (a killed or damaged save falls back)
     if out.exists():
         if not resume:
             raise FileExistsError(
@@ -367,6 +370,7 @@ class _Run:
             state=s.to_dict(self.loader),
             log=log,
             extra_files={COUNTS_FILE: counter.write} if counter is not None else None,
+            keep=self.config.keep_checkpoints,
         )
 
 
