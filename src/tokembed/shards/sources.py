@@ -182,7 +182,8 @@ class _Found:
     def add_url(self, url: str) -> None:
         """Take one object named by its URL (through the opener registered for its scheme; an error without one)."""
         fmt = self._format(url, explicit=True)
-        assert fmt is not None  # (explicit: an unknown type raised)
+        if fmt is None:
+            return  # (not reached: an explicit input of unknown type raised)
         with open_input(url) as src:
             self.by_real.setdefault(url, InputFile(url, fmt[0], fmt[1], src.size))
 

@@ -54,9 +54,8 @@ class ByteCursor:
     def window(self, pos: int, n: int) -> bytes:
         """Bytes ``[pos, pos + n)``, fewer at the end of the input. A stream never goes back before the last span's
         end."""
-        if self.seekable:
+        if self.stream is None:  # (seekable: no stream was opened)
             return self.opened.read_at(pos, n)
-        assert self.stream is not None  # (not seekable: a stream was opened)
         while not self.eof and self.base + len(self.buf) < pos + n:
             chunk = self.stream.read(max(SCAN, pos + n - self.base - len(self.buf)))
             if not chunk:

@@ -53,6 +53,12 @@ class RowSpan(Span):
         return self.size
 
 
+def _row_span(span: Span) -> RowSpan:
+    if not isinstance(span, RowSpan):
+        raise TypeError(f"the parquet format reads the RowSpans it planned, not {span!r}")
+    return span
+
+
 def _is_text_type(t: Any) -> bool:
     """A string type, or a dictionary of strings (a categorical column)."""
     import pyarrow as pa
@@ -207,9 +213,8 @@ def read_rows(span: RowSpan, path: str) -> bytes:
 
 def split_rows(span: RowSpan, part_bytes: int) -> list[RowSpan]:
     """Cut a span that carries rows read by the planner into spans of at least ``part_bytes`` text bytes."""
-    if span.whole or span.size <= part_bytes:
-        return [span]
-    assert span.data is not None  # (a span that is not a whole row group carries its rows)
+    if span.whole or span.data is None or span.size <= part_bytes:
+        return [span]  # (a span that is not a whole row group carries its rows)
     n = span.end - span.start
     sizes = _row_sizes(span.data, n)
     ends = _cuts(sizes, part_bytes)
@@ -419,12 +424,10 @@ class ParquetFormat(InputFormat):
         return list(split_rows(span, part_bytes)) if isinstance(span, RowSpan) else [span]
 
     def read(self, span: Span, name: str) -> bytes:
-        assert isinstance(span, RowSpan)  # (this format plans only RowSpans)
-        return read_rows(span, name)
+        return read_rows(_row_span(span), name)
 
     def texts(self, span: Span, data: bytes, records: RecordContext) -> Iterator[str]:
-        assert isinstance(span, RowSpan)
-        for raw, row, k in row_records(span, data):
+        for raw, row, k in row_records(_row_span(span), data):
             if raw is None:  # a null: an empty document
                 records.empty()
             else:
