@@ -42,6 +42,7 @@ import numpy as np
 from tokembed._atomic import atomic_write_json
 from tokembed._checks import check_int
 from tokembed._lock import folder_lock
+from tokembed._paths import local_path, refuse_inside_checkpoint
 from tokembed.shards.config import PrepareConfig
 from tokembed.shards.counts import split_token_counts
 from tokembed.shards.engines import ENGINES, make_engine
@@ -60,11 +61,13 @@ from tokembed.shards.folder import (
     write_unit,
 )
 from tokembed.shards.format import MANIFEST, ShardInfo
-from tokembed.shards.parquet import check_columns
+from tokembed.shards.formats import check_inputs
 from tokembed.shards.progress import Progress
+from tokembed.shards.publish import staging_folder, upload_folder
 from tokembed.shards.schema import seal
 from tokembed.shards.sources import InputFile, find_inputs
 from tokembed.shards.units import Unit, iter_units, join_parts, trim_heap, unit_input_hash, unit_parts
+from tokembed.storage.urls import is_url, local_path_of, public_url
 
 __all__ = ["PrepareConfig", "PrepareResult", "merge_manifests", "prepare_corpus"]
 
@@ -158,8 +161,11 @@ def prepare_corpus(
     """Tokenize a corpus into a verified shard folder (see the module docstring for the plan).
 
     Args:
-        inputs: files, folders, globs, or ``"-"`` (standard input).
-        out: the shard folder to create or resume.
+        inputs: files, folders, globs, or ``"-"`` (standard input); each may be a URL (an object, a prefix or a
+            glob: ``s3://bucket/corpus/``), read by ranges through `tokembed.storage`.
+        out: the shard folder to create or resume; a URL (``s3://bucket/shards``) prepares into a staging folder
+            under the cache folder, then uploads it: verified, the manifest last, so that a folder without a
+            manifest is unfinished; a rerun after a crash keeps the uploaded objects whose sha256 match.
         config: the output-deciding options (`PrepareConfig`); or pass them as keywords
             (``val_fraction=0.01, field="content", ...``).
         workers: tokenizing processes; 0 = all cores (``os.cpu_count()``); 1 = in this process.
@@ -180,11 +186,15 @@ def prepare_corpus(
         FileExistsError: ``out`` is a file, or holds other shards or foreign files.
     """
     t0 = time.perf_counter()
+    if is_url(out) and local_path_of(out) is None:  # a bucket: prepared locally, verified, uploaded
+        kw = dict(config=config, workers=workers, engine=engine, ray_address=ray_address, progress=progress)
+        return _prepare_to_url(inputs, str(out), rank=rank, world_size=world_size, overwrite=overwrite, **kw, **options)
     config = _resolve_config(config, options)
     _check_run_options(engine=engine, workers=workers, rank=rank, world_size=world_size)
-    out = Path(out)
+    out = local_path(local_path_of(out) or out, what="--out")
+    refuse_inside_checkpoint(out)
     files, skipped = find_inputs(inputs, format=config.format)
-    check_columns(files, config.field)  # a Parquet file without the text column fails before the folder is touched
+    check_inputs(files, config.field)  # e.g. a Parquet file without the text column fails before the folder is touched
     tok, dtype = tokenizer_entry(config)
     if overwrite and world_size > 1:
         raise ValueError(
@@ -201,6 +211,23 @@ def prepare_corpus(
         result = _prepare_locked(out, files, identity, config, dtype, engine, ray_address, progress, **run_options)
     result.skipped_inputs = skipped
     result.seconds = time.perf_counter() - t0
+    return result
+
+
+def _prepare_to_url(inputs, url: str, *, rank: int, world_size: int, overwrite: bool, **kw: Any) -> PrepareResult:
+    """`prepare_corpus` with ``out`` a URL: prepare into a staging folder under the cache (a rerun resumes it),
+    upload it (`tokembed.shards.publish.upload_folder`: verified, manifest last, verified objects kept), then
+    remove the staging folder."""
+    if world_size > 1:
+        raise ValueError(
+            f"--out {public_url(url)} with --world-size {world_size}: prepare the ranks into a shared local folder, "
+            "merge it, then upload it with one `tokembed prepare` (or give each rank its own URL)"
+        )
+    staging = staging_folder(url)
+    result = prepare_corpus(inputs, staging, rank=rank, world_size=world_size, overwrite=overwrite, **kw)
+    upload_folder(staging, url, overwrite=overwrite)
+    shutil.rmtree(staging, ignore_errors=True)
+    result.out = url  # type: ignore[assignment]  # the folder is the remote one now
     return result
 
 

@@ -10,6 +10,7 @@ prepares into a local staging folder and calls this.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from collections.abc import Mapping
@@ -20,9 +21,11 @@ from typing import Any
 from tokembed.shards.check import check_shards
 from tokembed.shards.format import MANIFEST, ShardInfo, read_manifest
 from tokembed.shards.remote import fetch_manifest
+from tokembed.storage.options import remote_options
 from tokembed.storage.stores import Store, open_store
+from tokembed.storage.urls import public_url
 
-__all__ = ["UploadResult", "upload_folder"]
+__all__ = ["UploadResult", "staging_folder", "upload_folder"]
 
 _SHARD_FILE = re.compile(r"[^/]+/\d{5}\.(bin|idx)")  # what an unfinished upload of a shard folder leaves
 
@@ -93,7 +96,7 @@ def upload_folder(
     if theirs is not None:
         if not overwrite:
             raise FileExistsError(
-                f"{store.where()} already holds another shard folder (its manifest differs from {local}'s); "
+                f"{store.where()} already holds another shard folder (its manifest differs from the one to upload); "
                 "pass overwrite=True (--overwrite) to replace it, or choose another URL"
             )
         store.delete(MANIFEST)  # from here the remote folder reads as unfinished
@@ -120,3 +123,10 @@ def upload_folder(
     store.put_file(MANIFEST, local / MANIFEST)  # last: the folder is finished from here on
     fetch_manifest(store)  # read back: a folder that reads as finished
     return result
+
+
+def staging_folder(url: str, cache_dir: str | os.PathLike | None = None) -> Path:
+    """Where ``prepare --out URL`` writes the shards before uploading them: a folder under the cache folder named
+    by the URL, so that a rerun after a crash finds its finished units (and nothing else ever writes there)."""
+    root = remote_options(cache_dir=cache_dir).resolved_cache_dir()
+    return root / "prepare" / hashlib.sha256(public_url(url).encode()).hexdigest()[:24]

@@ -4,15 +4,18 @@ A scheme is one `Scheme` in `SCHEMES` (register more with `register_scheme`): it
 Python package that implements it and the pip extra that installs that package. The messages and ``--help``
 derive their lists from this table.
 
-``file://`` URLs are local paths (`local_path_of`): they are read in place, never through the cache.
+``file://`` URLs are local paths (`local_path_of`): they are read in place, never through the cache. What looks
+like a URL is decided in one place, `tokembed._paths` (`is_url`, `as_url`, which also undo a `Path`'s folding of
+``s3://b`` to ``s3:/b``).
 """
 
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
+
+from tokembed._paths import as_url, is_url, url_scheme  # one recognition of URLs for the whole package
 
 __all__ = [
     "SCHEMES",
@@ -73,31 +76,6 @@ for _s in (
     Scheme("http", "http", "aiohttp", "http", obstore=True, description="any web server (read only)"),
 ):
     register_scheme(_s)
-
-# A scheme (RFC 3986: a letter, then letters, digits, + - .) of two or more characters, then ":/" (a Path
-# collapses "s3://b" to "s3:/b"). One letter is a Windows drive ("C:/"), not a scheme.
-_URL = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]+):/")
-
-
-def url_scheme(path: object) -> str | None:
-    """The scheme of a URL-looking ``path`` (``"s3"`` for ``s3://bucket/x``), lower-cased; None for a local path."""
-    m = _URL.match(os.fspath(path)) if isinstance(path, (str, os.PathLike)) else None
-    return m.group(1).lower() if m else None
-
-
-def is_url(path: object) -> bool:
-    """Whether ``path`` is a URL (``scheme://...``), also when a `Path` has collapsed it to ``scheme:/...``."""
-    return url_scheme(path) is not None
-
-
-def as_url(path: str | os.PathLike) -> str:
-    """A URL as the user typed it: ``s3://bucket/x`` also from ``Path("s3://bucket/x")`` (``s3:/bucket/x``)."""
-    text = os.fspath(path)
-    scheme = url_scheme(text)
-    if scheme is None:
-        return text
-    rest = text[len(scheme) + 1 :].lstrip("/")
-    return f"{text[: len(scheme)]}://{rest}" if scheme != "file" else f"file:///{rest}"
 
 
 def local_path_of(url: str | os.PathLike) -> str | None:
