@@ -49,7 +49,7 @@ from tokembed._checks import check_bool, check_int, check_positive_int
 from tokembed.data import streaming
 from tokembed.data.mixture_windows import MixtureWindows
 from tokembed.data.plan import RankPlan, rank_plan
-from tokembed.data.shuffle import FeistelPermutation
+from tokembed.data.shuffle import FeistelPermutation, GroupedPermutation
 from tokembed.data.windows import SlidingWindowDataset
 
 __all__ = ["LoaderConfig", "WindowLoader", "create_dataloader", "resolve_rank"]
@@ -95,6 +95,11 @@ class LoaderConfig:
         pin_memory: copy batches to page-locked memory (when CUDA is available).
         prefetch_factor: batches each worker prepares ahead (torch's default when None).
         multiprocessing_context: how workers start (``"fork"``, ``"spawn"``, ...; torch's default when None).
+        shuffle_group: the locality option: shuffle groups of this many consecutive windows, then the windows
+            within each group (`tokembed.data.shuffle.GroupedPermutation`), instead of all windows at once. Each
+            epoch is still a permutation of all windows, resumable exactly and elastically. For a remote folder
+            read through a cache much smaller than the corpus: a group whose tokens fill about a quarter of the
+            cache (``cache_bytes / 4 / (2 * stride)`` windows of uint16 tokens) is fetched once per epoch.
     """
 
     batch_size: int
@@ -105,8 +110,15 @@ class LoaderConfig:
     pin_memory: bool = False
     prefetch_factor: int | None = None
     multiprocessing_context: str | None = None
+    shuffle_group: int | None = None
 
     def __post_init__(self) -> None:
+        if self.shuffle_group is not None:
+            check_positive_int("shuffle_group", self.shuffle_group)
+            if not self.shuffle:
+                raise ValueError(
+                    f"shuffle_group={self.shuffle_group} shuffles groups of windows: it needs shuffle=True; leave it out"
+                )
         check_positive_int("batch_size", self.batch_size)
         for name in ("shuffle", "drop_last", "pin_memory"):
             check_bool(name, getattr(self, name))
@@ -123,9 +135,18 @@ class LoaderConfig:
 class _Epoch:
     """The arithmetic of one epoch for one rank: which windows make batch ``t``."""
 
-    def __init__(self, n: int, plan: RankPlan, rank: int, *, shuffle: bool, seed: int, epoch: int) -> None:
+    def __init__(
+        self, n: int, plan: RankPlan, rank: int, *, shuffle: bool, seed: int, epoch: int, group: int | None = None
+    ) -> None:
         self.n, self.plan, self.rank = n, plan, rank
-        self.perm = FeistelPermutation(n, seed=seed, epoch=epoch) if shuffle else None
+        self.perm: Any = None
+        if shuffle:
+            full = group is None
+            self.perm = (
+                FeistelPermutation(n, seed=seed, epoch=epoch)
+                if full
+                else GroupedPermutation(n, group, seed=seed, epoch=epoch)
+            )
 
     def windows(self, ts: np.ndarray) -> np.ndarray:
         """Window indices of this rank's full batches ``ts``: (K, B)."""
@@ -154,15 +175,17 @@ class _Epoch:
 class _MixtureEpoch(_Epoch):
     """Epoch ``e`` of a mixture for one rank: global steps ``[e*S, (e+1)*S)`` of the never-ending order."""
 
-    def __init__(self, dataset: MixtureWindows, plan: RankPlan, rank: int, *, shuffle: bool, seed: int, epoch: int):
+    def __init__(
+        self, dataset: MixtureWindows, plan: RankPlan, rank: int, *, shuffle: bool, seed: int, epoch: int, group=None
+    ):
         self.n, self.plan, self.rank, self.perm = plan.windows, plan, rank, None
-        self.dataset, self.shuffle, self.seed = dataset, shuffle, seed
+        self.dataset, self.shuffle, self.seed, self.group = dataset, shuffle, seed, group
         self.first = epoch * plan.windows  # the epoch's first slot (plan.windows = S * G, no tail)
 
     def windows(self, ts: np.ndarray) -> np.ndarray:
         """Coded windows (`MixtureWindows.codes`) of this rank's batches ``ts``: (K, B)."""
         slots = self.first + super().windows(ts)  # (K, B) slots of the global order
-        return self.dataset.codes(slots, shuffle=self.shuffle, seed=self.seed)
+        return self.dataset.codes(slots, shuffle=self.shuffle, seed=self.seed, group=self.group)
 
 
 class _BufferPool:
@@ -294,11 +317,10 @@ class WindowLoader:
             self._iter_id += 1  # an iterator of the previous epoch no longer updates the state
 
     def _epoch_arith(self) -> _Epoch:
+        kw = dict(shuffle=self.shuffle, seed=self.seed, epoch=self._epoch, group=self.config.shuffle_group)
         if isinstance(self.dataset, MixtureWindows):
-            return _MixtureEpoch(
-                self.dataset, self.plan, self.rank, shuffle=self.shuffle, seed=self.seed, epoch=self._epoch
-            )
-        return _Epoch(len(self.dataset), self.plan, self.rank, shuffle=self.shuffle, seed=self.seed, epoch=self._epoch)
+            return _MixtureEpoch(self.dataset, self.plan, self.rank, **kw)
+        return _Epoch(len(self.dataset), self.plan, self.rank, **kw)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         start, self._resume_at = self._resume_at, 0
@@ -348,6 +370,7 @@ class WindowLoader:
             "shuffle": self.shuffle,
             "seed": self.seed,
             "drop_last": self.drop_last,
+            "shuffle_group": self.config.shuffle_group,
             "world_size": self.world_size,
             **(self.dataset.mixture.state_entries() if isinstance(ds, MixtureWindows) else {}),
             "global_batch_size": self.global_batch_size,
@@ -457,6 +480,7 @@ def create_dataloader(
     storage_options: Mapping[str, Any] | None = None,
     cache_dir: str | os.PathLike | None = None,
     cache_bytes: int | str | None = None,
+    shuffle_group: int | None = None,
 ) -> WindowLoader:
     """Batches of the chapter's windows from a shard folder, a token array or a text, at memory speed.
 
@@ -480,6 +504,8 @@ def create_dataloader(
         storage_options, cache_dir, cache_bytes: for a remote shard folder (a URL) or a mixture's remote
             sources: see `SlidingWindowDataset`. The loader tells the cache its order: blocks are fetched ahead
             of use and evicted by Belady's rule (`tokembed.data.streaming`).
+        shuffle_group: the locality option (see `LoaderConfig`): groups of this many consecutive windows in a
+            random order, each group's windows shuffled; every epoch is still a permutation of all windows.
 
     Returns:
         A `WindowLoader`: iterate for ``(inputs, targets)``, int64 (B, T) each; ``len()``, ``set_epoch``,
@@ -501,6 +527,7 @@ def create_dataloader(
         pin_memory=pin_memory,
         prefetch_factor=prefetch_factor,
         multiprocessing_context=multiprocessing_context,
+        shuffle_group=shuffle_group,
     )
     resolve_rank(rank, world_size)
     if isinstance(source, SlidingWindowDataset):

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from tokembed.data.shuffle import FeistelFamily, FeistelPermutation
+from tokembed.data.shuffle import FeistelFamily, FeistelPermutation, GroupedPermutation
 from tokembed.data.windows import SlidingWindowDataset
 
 __all__ = ["MixtureWindows"]
@@ -70,10 +70,12 @@ class MixtureWindows(SlidingWindowDataset):
         self._offsets = np.cumsum([0] + [s.n_tokens for s in self.sources], dtype=np.int64)  # (S+1,)
         self._fingerprint = None
         self._perms: dict[tuple[int, int, int], FeistelPermutation] = {}  # (source, epoch, seed)
+        self._grouped_perms: dict[tuple[int, int, int, int], GroupedPermutation] = {}  # (source, epoch, seed, group)
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         state["_perms"] = {}
+        state["_grouped_perms"] = {}
         state.pop("_segs", None)  # memory maps: reopened in the receiving process
         return state
 
@@ -100,13 +102,18 @@ class MixtureWindows(SlidingWindowDataset):
             perm = self._perms[key] = FeistelPermutation(int(self._sizes[source]), seed=sub, epoch=epoch)
         return perm
 
-    def codes(self, slots: np.ndarray, *, shuffle: bool = True, seed: int = 0) -> np.ndarray:
-        """The windows of global slots ``slots``, each coded ``window * S + source``: same shape, int64."""
+    def codes(self, slots: np.ndarray, *, shuffle: bool = True, seed: int = 0, group: int | None = None) -> np.ndarray:
+        """The windows of global slots ``slots``, each coded ``window * S + source``: same shape, int64.
+
+        With ``group`` (the loaders' ``shuffle_group``), each source's epoch visits groups of ``group`` windows in
+        a random order (`GroupedPermutation`) instead of all its windows at once."""
         slots = np.asarray(slots, dtype=np.int64)
         source, draw = self.mixture.schedule.draws(slots.ravel())  # (K,), (K,)
         epoch, pos = np.divmod(draw, self._sizes[source])
         if not shuffle:
             return (pos * len(self._sizes) + source).reshape(slots.shape)
+        if group is not None:
+            return (self._grouped(source, epoch, pos, seed, group) * len(self._sizes) + source).reshape(slots.shape)
         perms, group = [], np.empty_like(pos)  # one permutation per (source, epoch) in the block
         for s in np.flatnonzero(np.bincount(source, minlength=len(self._sizes))).tolist():
             sel = np.flatnonzero(source == s)
@@ -115,6 +122,25 @@ class MixtureWindows(SlidingWindowDataset):
             perms += [self._perm(s, e, seed) for e in range(first, last + 1)]
         window = FeistelFamily(perms)(pos, group)
         return (window * len(self._sizes) + source).reshape(slots.shape)
+
+    def _grouped(self, source: np.ndarray, epoch: np.ndarray, pos: np.ndarray, seed: int, group: int) -> np.ndarray:
+        """Windows of ``pos`` in each (source, epoch)'s grouped order: (K,)."""
+        window = np.empty_like(pos)
+        for s in np.flatnonzero(np.bincount(source, minlength=len(self._sizes))).tolist():
+            for e in np.unique(epoch[source == s]).tolist():
+                sel = np.flatnonzero((source == s) & (epoch == e))
+                window[sel] = self._group_perm(s, e, seed, group)(pos[sel])
+        return window
+
+    def _group_perm(self, source: int, epoch: int, seed: int, group: int) -> GroupedPermutation:
+        key = (source, epoch, seed, group)
+        perm = self._grouped_perms.get(key)
+        if perm is None:
+            if len(self._grouped_perms) >= _PERMS_KEPT:
+                self._grouped_perms.clear()
+            sub = int(self._perm(source, epoch, seed).keys[0] >> np.uint64(1))  # the source's own key
+            perm = self._grouped_perms[key] = GroupedPermutation(int(self._sizes[source]), group, seed=sub, epoch=epoch)
+        return perm
 
     def sources_of(self, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(source, window)`` of coded windows (what `codes` returns)."""
