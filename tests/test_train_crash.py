@@ -41,6 +41,7 @@ def losses(out) -> tuple[list, list]:
     return [(e["step"], e["loss"]) for e in log["train"]], [(e["step"], e["loss"]) for e in log["val"]]
 
 
+@pytest.mark.slow
 def test_ctrl_c_at_random_moments_then_resume_gives_the_uninterrupted_losses(tmp_path, monkeypatch):
     monkeypatch.setattr("tokembed.model.checkpoint.write_loss_png", lambda log, path: False)  # speed: no PNG
     train(cfg(tmp_path / "warm"), TINY, progress=False)  # one-time costs (tokenizer, imports) out of the timing
