@@ -1,4 +1,8 @@
-"""TODO docstring."""
+"""`GPTConfig`: the shape of a GPT (vocabulary, context, width, depth, heads, positional scheme), validated at construction.
+
+Saved in every checkpoint's config.json and read back with `GPTConfig.from_dict`; `tokembed.model.gpt.GPT` builds
+the modules from it.
+"""
 
 from __future__ import annotations
 
