@@ -20,12 +20,11 @@ import time
 
 import pytest
 
-from conftest import STORY
-from tokembed import GPTConfig, TrainConfig, train
+from conftest import STORY, TINY
+from tokembed import TrainConfig, train
 
 SIGINT_TRIALS = int(os.environ.get("TOKEMBED_SIGINT_TRIALS", "10"))
 KILL_TRIALS = int(os.environ.get("TOKEMBED_KILL_TRIALS", "1"))
-TINY = GPTConfig(context_length=16, dim=16, n_layers=1, n_heads=2)
 STEPS = 24
 
 
