@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from tokembed.storage.options import redact
-from tokembed.storage.urls import Scheme, as_url, public_url, scheme_of, url_scheme
+from tokembed.storage.urls import Scheme, as_url, public_url, refuse_credentials, scheme_of, url_scheme
 
 __all__ = ["BACKENDS", "RemoteError", "Store", "open_store"]
 
@@ -100,7 +100,7 @@ class Store:
     backend = "fsspec"
 
     def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None) -> None:
-        self.url = as_url(url).rstrip("/")
+        self.url = refuse_credentials(url).rstrip("/")
         self.scheme: Scheme = scheme_of(self.url)
         self.storage_options = dict(storage_options or {})
         self.retries, self.retry_wait = _retry_settings()

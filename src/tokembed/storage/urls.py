@@ -25,6 +25,7 @@ __all__ = [
     "join_url",
     "local_path_of",
     "public_url",
+    "refuse_credentials",
     "register_scheme",
     "scheme_of",
     "url_scheme",
@@ -118,3 +119,18 @@ def public_url(url: str | os.PathLike) -> str:
     parts = urlsplit(text)
     host = parts.netloc.rsplit("@", 1)[-1]
     return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+def refuse_credentials(url: str | os.PathLike) -> str:
+    """``url`` (as typed) when it carries no ``user:password@`` and no query string; else a ValueError.
+
+    A URL is recorded in manifests, checkpoints and logs, so credentials in it would be written there; they go
+    through the environment or the storage options instead. The message shows the URL without them.
+    """
+    text = as_url(url)
+    if public_url(text) != text:
+        raise ValueError(
+            f"{public_url(text)}: the URL carries credentials or a query string, which tokembed would record in "
+            "manifests, checkpoints and logs; give credentials through the environment or --storage-option instead"
+        )
+    return text

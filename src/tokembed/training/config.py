@@ -21,7 +21,8 @@ class TrainConfig:
     """How to train.
 
     Attributes:
-        data: a shard folder (``tokembed prepare`` output) or a UTF-8 text file (stored as an absolute path),
+        data: a shard folder (``tokembed prepare`` output; a URL of a remote one, stored without credentials)
+            or a UTF-8 text file (stored as an absolute path),
             or a `tokembed.Mixture` of shard folders (stored as its `Mixture.spec`, a dict).
         out: the checkpoint directory to write (and resume from).
         max_length: tokens per training window (must not exceed the model's context_length).
@@ -121,7 +122,11 @@ def _data_entry(data: object) -> str | dict:
         return data.spec()
     if isinstance(data, dict):
         return Mixture.from_spec(data).spec()
-    return str(Path(data).resolve())
+    from tokembed.storage.urls import as_url, is_url, local_path_of, public_url
+
+    if is_url(data) and local_path_of(data) is None:  # a remote shard folder, recorded without credentials
+        return public_url(as_url(data))  # type: ignore[arg-type]
+    return str(Path(local_path_of(data) or data).resolve())  # type: ignore[arg-type]
 
 
 def lr_at(step: int, config: TrainConfig) -> float:

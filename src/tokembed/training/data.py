@@ -50,6 +50,10 @@ def data_tokenizer(data: str | Path | dict, *, tokenizer: Any = None) -> Tokeniz
             expect_tokenizer(Path(data["sources"][0][0]), recorded, tokenizer)
         return recorded
 
+    if _remote(data):
+        from tokembed.shards.reader import open_shards
+
+        return open_shards(str(data), tokenizer=tokenizer).tokenizer  # the manifest's (another one: an error)
     path = Path(data)
     if _is_shard_folder(path):
         from tokembed.shards.format import read_manifest
@@ -60,6 +64,13 @@ def data_tokenizer(data: str | Path | dict, *, tokenizer: Any = None) -> Tokeniz
             expect_tokenizer(path, recorded, tokenizer)
         return recorded
     return tokenizer_identity(get_tokenizer(tokenizer or "gpt2"))
+
+
+def _remote(data: object) -> bool:
+    """A URL of a remote shard folder (``file://`` names a local path)."""
+    from tokembed.storage.urls import is_url, local_path_of
+
+    return isinstance(data, (str, Path)) and is_url(data) and local_path_of(data) is None
 
 
 def _mixture(spec: dict):
@@ -104,6 +115,8 @@ def load_training_data(
     """
     if isinstance(data, dict):
         return _mixture_data(data, max_val_tokens, tokenizer)
+    if _remote(data):
+        return _shard_folder_data(str(data), max_val_tokens, tokenizer)
     path = Path(data)
     if not path.exists():
         raise FileNotFoundError(
@@ -114,19 +127,7 @@ def load_training_data(
             raise ValueError(
                 f"{path} is a directory without manifest.json: give a shard folder written by `tokembed prepare`, or a text file"
             )
-        from tokembed.shards.reader import open_shards
-
-        train_split = open_shards(path, split="train", tokenizer=tokenizer)
-        val = None
-        try:
-            val_split = open_shards(path, split="val")
-        except ValueError:
-            val_split = None
-        if val_split is not None and val_split.n_tokens:
-            n = val_split.n_tokens if max_val_tokens is None else min(val_split.n_tokens, max_val_tokens)
-            val = np.asarray(val_split.read(0, n), dtype=np.int64)
-        desc = f"shard folder {path}: train split {train_split.n_tokens} tokens, val split {0 if val is None else len(val)} tokens read"
-        return TrainingData(str(path), val, desc, int(train_split.n_tokens), train_split.tokenizer)
+        return _shard_folder_data(str(path), max_val_tokens, tokenizer)
     from tokembed.data.windows import encode_text
     from tokembed.tokenizer import get_tokenizer, tokenizer_identity
 
@@ -140,6 +141,23 @@ def load_training_data(
     val = tokens[cut:] if max_val_tokens is None else tokens[cut : cut + max_val_tokens]
     desc = f"text {path}: {len(tokens)} tokens, first {cut} for training, last {len(tokens) - cut} ({val_fraction:.0%}) for validation"
     return TrainingData(tokens[:cut], val, desc, cut, tokenizer_identity(enc))
+
+
+def _shard_folder_data(where: str, max_val_tokens: int | None, tokenizer: Any) -> TrainingData:
+    """A shard folder (a path, or a URL read through the cache): its train split for the loader, its val split read."""
+    from tokembed.shards.reader import open_shards
+
+    train_split = open_shards(where, split="train", tokenizer=tokenizer)
+    val = None
+    try:
+        val_split = open_shards(where, split="val")
+    except ValueError:
+        val_split = None
+    if val_split is not None and val_split.n_tokens:
+        n = val_split.n_tokens if max_val_tokens is None else min(val_split.n_tokens, max_val_tokens)
+        val = np.asarray(val_split.read(0, n), dtype=np.int64)
+    desc = f"shard folder {train_split.root}: train split {train_split.n_tokens} tokens, val split {0 if val is None else len(val)} tokens read"
+    return TrainingData(where, val, desc, int(train_split.n_tokens), train_split.tokenizer)
 
 
 def check_same_tokenizer(saved: dict, tok: TokenizerIdentity, out: Path) -> None:

@@ -20,23 +20,12 @@ from typing import BinaryIO
 from tokembed.shards.formats.opened import RangedFile, register_opener
 from tokembed.storage.options import remote_options
 from tokembed.storage.stores import Store, open_store
-from tokembed.storage.urls import SCHEMES, as_url, public_url
+from tokembed.storage.urls import SCHEMES, refuse_credentials
 
 __all__ = ["RemoteInput", "expand_url", "register_remote_openers"]
 
 _STREAM_BUFFER = 8 << 20  # a stream reads ahead in 8 MiB ranged GETs
 _FILE_BUFFER = 1 << 20  # a seekable file (Parquet) reads 1 MiB at least: a footer costs one request
-
-
-def _refuse_credentials(url: str) -> str:
-    """A URL recorded in a manifest must not carry credentials: refuse ``user:password@`` and query strings."""
-    url = as_url(url)
-    if public_url(url) != url:
-        raise ValueError(
-            f"{public_url(url)}: the URL carries credentials or a query string, which tokembed would record in the "
-            "manifest; give credentials through the environment or --storage-option instead"
-        )
-    return url
 
 
 class RemoteInput:
@@ -45,7 +34,7 @@ class RemoteInput:
     seekable = True
 
     def __init__(self, url: str) -> None:
-        url = _refuse_credentials(url)
+        url = refuse_credentials(url)
         parent, _, key = url.rstrip("/").rpartition("/")
         if not key or parent.endswith(":/"):
             raise ValueError(f"{url} names a bucket, not an object; give the object's URL or a prefix with a '/'")
@@ -83,7 +72,7 @@ class RemoteInput:
 def expand_url(url: str) -> tuple[list[str], bool]:
     """``([object URLs], named)``: the object itself (``named``: the user named it), else every object under the
     prefix, or the glob's matches, sorted. An empty list when nothing is there."""
-    url = _refuse_credentials(url)
+    url = refuse_credentials(url)
     if globlib.has_magic(url):
         scheme, rest = url.split("://", 1)
         store = open_store(f"{scheme}://{rest.split('/', 1)[0]}", remote_options().storage_options)
