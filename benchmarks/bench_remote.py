@@ -209,19 +209,26 @@ _STREAMING = textwrap.dedent(
         fetched[0] += os.path.getsize(path)
         return path
     stream_module.Stream._download_file = counting
+    block = {} if cfg["shuffle_block_size"] is None else {"shuffle_block_size": cfg["shuffle_block_size"]}
     ds = StreamingDataset(remote=cfg["remote"], local=cfg["local"], shuffle=True, shuffle_seed=0, batch_size=cfg["B"],
-                          cache_limit=cfg["cache_limit"], predownload=cfg["B"] * 8)
+                          cache_limit=cfg["cache_limit"], predownload=cfg["B"] * 8, **block)
     t = time.perf_counter()
-    tokens = 0
+    tokens = samples = 0
     for sample in ds:
         tokens += len(sample["tokens"]) - 1
+        samples += 1
+        if samples == cfg["max_samples"]:
+            break
     seconds = time.perf_counter() - t
-    print(json.dumps({"tokens": tokens, "seconds": round(seconds, 3), "tokens_per_s": round(tokens / seconds), "fetched_bytes": fetched[0]}))
+    share = samples / ds.num_samples  # the part of the epoch read (the whole epoch unless max_samples stopped it)
+    print(json.dumps({"tokens": tokens, "seconds": round(seconds, 3), "tokens_per_s": round(tokens / seconds),
+                      "fetched_bytes": fetched[0], "share_of_epoch": round(share, 4),
+                      "fetched_bytes_per_epoch": round(fetched[0] / share)}))
     """
 )
 
 
-def mosaic_streaming(local: Path, bucket_url: str, corpus_bytes: int, work: Path, server_env: dict) -> dict:
+def mosaic_streaming(local: Path, bucket_url: str, corpus_bytes: int, work: Path, server_env: dict, group: int) -> dict:
     python = STREAMING_VENV / "bin" / "python"
     if not python.exists():
         return {"skipped": f"no {STREAMING_VENV} (see the module's notes for how to make it)"}
@@ -231,16 +238,39 @@ def mosaic_streaming(local: Path, bucket_url: str, corpus_bytes: int, work: Path
     ss = tokembed.open_shards(local)
     ss.read(0, ss.n_tokens).astype("<u2").tofile(stream)
     env = {**os.environ, **server_env, "S3_ENDPOINT_URL": server_env["AWS_ENDPOINT_URL"]}
-    base = {"stream": str(stream), "T": T, "B": B, "remote": f"{bucket_url}/mds", "shard_bytes": 4 << 20}
-    run = lambda cfg: json.loads(
-        subprocess.run(
-            [str(python), "-c", _STREAMING, json.dumps(cfg)], env=env, check=True, capture_output=True, text=True
-        )
-        .stdout.strip()
-        .splitlines()[-1]
-    )  # noqa: E731
-    run({**base, "write": True})
-    return run({**base, "write": False, "local": str(work / "mds-cache"), "cache_limit": corpus_bytes // 4})
+    base = {
+        "stream": str(stream),
+        "T": T,
+        "B": B,
+        "remote": f"{bucket_url}/mds",
+        "shard_bytes": corpus_bytes // 4 // 5,
+    }  # streaming wants a cache_limit >= 4 shards
+
+    def run(cfg: dict) -> dict:
+        p = subprocess.run([str(python), "-c", _STREAMING, json.dumps(cfg)], env=env, capture_output=True, text=True)
+        if p.returncode:
+            return {"error": p.stderr.strip().splitlines()[-5:]}
+        return json.loads(p.stdout.strip().splitlines()[-1])
+
+    written = run({**base, "write": True})
+    if "error" in written:
+        return written
+    read = {**base, "write": False, "cache_limit": corpus_bytes // 4}
+    return {
+        # its block shuffle with our locality's group size: the comparable order, a whole epoch
+        "shuffle_block_like_locality": run(
+            {**read, "local": str(work / "mds-a"), "shuffle_block_size": group, "max_samples": None}
+        ),
+        # its default shuffle (py1e, one block here): LRU over whole shards thrashes; the first 5% of an epoch
+        "default_shuffle_first_5pct": run(
+            {
+                **read,
+                "local": str(work / "mds-b"),
+                "shuffle_block_size": None,
+                "max_samples": max(1, written["samples"] // 20),
+            }
+        ),
+    }
 
 
 def prepare_speed(size_mb: float, bucket_url: str, work: Path) -> dict:
@@ -294,7 +324,9 @@ def main() -> None:
         results["fetched_25pct_locality_4MiB_blocks"] = fetched_bytes(
             "s3://bench/big", corpus_bytes, work, shuffle_group=group
         )
-        results["mosaicml_streaming_25pct"] = mosaic_streaming(local, "s3://bench", corpus_bytes, work, server.env())
+        results["mosaicml_streaming_25pct"] = mosaic_streaming(
+            local, "s3://bench", corpus_bytes, work, server.env(), group
+        )
         results["prepare"] = prepare_speed(5 if args.quick else 20, "s3://bench", work)
         results["machine_load_1min_end"] = round(os.getloadavg()[0], 1)
     finally:

@@ -88,9 +88,14 @@ def put_bytes(url: str, data: bytes) -> None:
 
 
 def cache_bytes(cache: Path) -> int:
-    """Bytes of block and temporary files under a cache folder (what its bound counts)."""
-    return sum(
-        p.stat().st_size
-        for p in cache.rglob("*")
-        if p.is_file() and p.parent.name not in (".locks",) and p.name not in ("source.json", ".tokembed-cache.lock")
-    )
+    """Bytes of block and temporary files under a cache folder (what its bound counts); a file evicted while the
+    folder is walked counts nothing."""
+    total = 0
+    for p in cache.rglob("*"):
+        if p.parent.name == ".locks" or p.name in ("source.json", ".tokembed-cache.lock"):
+            continue
+        try:
+            total += p.stat().st_size if p.is_file() else 0
+        except FileNotFoundError:
+            pass
+    return total

@@ -74,6 +74,7 @@ class Follow:
         self._pool: ThreadPoolExecutor | None = None
         self._pending: dict[tuple[str, str, int], Future] = {}
         self._sets: dict[str, Any] = {}  # folder version -> its RemoteShardSet
+        self._planned_until = 0  # index in ts before which the prefetch is planned
 
     # -- the trace -------------------------------------------------------------------------------------
 
@@ -131,6 +132,9 @@ class Follow:
         if self.threads < 1:
             return
         i = self.ts.index(t) if t in self.ts else 0
+        if i < self._planned_until:  # planned at an earlier batch: the blocks are on their way
+            return
+        self._planned_until = i + _AHEAD_BATCHES // 2  # plan again halfway through the lookahead
         mine = np.asarray(self.ts[i : i + _AHEAD_BATCHES], dtype=np.int64)
         mine = mine[mine < self.epoch.plan.full_steps]
         if not len(mine):
@@ -167,6 +171,7 @@ class Follow:
             self._pool = None
         for ss in self._sets.values():
             ss.use_future(None)
+            ss.release()  # the last batch's blocks are no longer in use
 
 
 def _fill(folder: Any, r: Reservation) -> None:

@@ -366,9 +366,23 @@ class RemoteShardSet(ShardSet):
         )  # (n_shards,)
         self._ntok = np.array([s.n_tokens for s in shards], dtype=np.int64)  # (n_shards,)
         self._blocks: tuple[int, FolderBlocks] | None = None
+        self._held: tuple[int, dict[tuple[int, int], Pin]] = (os.getpid(), {})  # the last batch's blocks
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**super().__getstate__(), "_blocks": None}
+        return {**super().__getstate__(), "_blocks": None, "_held": (-1, {})}
+
+    def _last_pins(self) -> dict[tuple[int, int], Pin]:
+        """The blocks the last gather of this process still holds (a forked child closes its inherited copies)."""
+        pid, held = self._held
+        if pid != os.getpid():
+            _release(held)
+            held = {}
+        return held
+
+    def release(self) -> None:
+        """Let go of the blocks the last gather holds (the loader calls it when an epoch's iteration ends)."""
+        _release(self._last_pins())
+        self._held = (os.getpid(), {})
 
     def __repr__(self) -> str:
         return f"RemoteShardSet({self.root!r}, split={self.split!r}, shards={len(self.shards)}, tokens={self.n_tokens})"
@@ -446,7 +460,8 @@ class RemoteShardSet(ShardSet):
     def rows(self, starts: np.ndarray, width: int) -> np.ndarray:
         """Tokens ``[start, start + width)`` of each global start: (B, width), in the split's dtype.
 
-        The blocks a batch needs are pinned (fetched and verified when missing) for the gather only; rows
+        The blocks a batch needs are pinned (fetched and verified when missing), and stay pinned until the next
+        gather (which keeps those it needs again: consecutive batches of the locality order share blocks); rows
         inside one block are gathered with one fancy index per block.
         """
         starts = np.asarray(starts, dtype=np.int64)
@@ -456,18 +471,22 @@ class RemoteShardSet(ShardSet):
         blk, off = np.divmod(local, self._tpb[shard])
         inside = (off + width <= self._tpb[shard]) & (local + width <= self._ntok[shard])
         code = shard * (1 << 32) + blk
-        pins: dict[tuple[int, int], Pin] = {}
+        sel = np.flatnonzero(inside)
+        order = sel[np.argsort(code[sel], kind="stable")]
+        cuts = np.flatnonzero(np.diff(code[order])) + 1
+        groups = np.split(order, cuts) if order.size else []
+        held = self._last_pins()
+        keys = {divmod(int(code[g[0]]), 1 << 32) for g in groups}
+        pins = {k: held.pop(k) for k in keys & held.keys()}  # kept: this batch reads them again
+        _release(held)  # before any fetch: the last batch's other blocks may be evicted for this one's
         try:
-            sel = np.flatnonzero(inside)
-            order = sel[np.argsort(code[sel], kind="stable")]
-            cuts = np.flatnonzero(np.diff(code[order])) + 1
-            for group in np.split(order, cuts) if order.size else []:
+            for group in groups:
                 s, b = divmod(int(code[group[0]]), 1 << 32)
                 self._gather_block(out, group, off[group], self._pin(pins, s, b), width)
             for j in np.flatnonzero(~inside).tolist():  # the few rows across a block or shard boundary
                 out[j] = self._span(int(starts[j]), int(starts[j]) + width, pins)
         finally:
-            _release(pins)
+            self._held = (os.getpid(), pins)
         return out
 
     def _gather_block(self, out: np.ndarray, rows: np.ndarray, offsets: np.ndarray, pin: Pin, width: int) -> None:
