@@ -377,9 +377,8 @@ def test_cli_model_options_reach_the_checkpoint(tmp_path, capsys):
     ]
     assert main(args) == 0
     model = json.loads((out / "config.json").read_text())["model"]
-    assert (model["t5_num_buckets"], model["t5_max_distance"], model["document_mask"], model["eot_token"]) == (
-        8,
-        20,
+    assert (model["positional_options"], model["document_mask"], model["eot_token"]) == (
+        {"num_buckets": 8, "max_distance": 20},
         True,
         50256,
     )
