@@ -180,6 +180,7 @@ def tokembed_cli(tmp_path: Path, env: dict[str, str], *args: str) -> subprocess.
     )
 
 
+@pytest.mark.slow  # four tokembed processes
 @pytest.mark.parametrize("how", ["entry-point", "env"])
 def test_the_cli_finds_a_format_through_a_plugin(tmp_path, how):
     texts = rows(150, seed=4)
