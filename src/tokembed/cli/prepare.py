@@ -61,14 +61,14 @@ def _add_prepare(sub: argparse._SubParsersAction) -> None:
 
 
 class _FormatsHelp(str):
-    """``--format``'s help: the registered formats, plugins included, listed only when help is printed (loading
-    plugins costs every ``tokembed`` call tens of milliseconds otherwise). argparse fills help with ``%``."""
+    """``--format``'s help: the registered formats, plugins included, listed when help is printed (argparse
+    fills a help string with ``%``), so building the parser does not depend on the plugins being loaded yet."""
 
     def __mod__(self, params: object) -> str:
-        from tokembed.shards.formats import ENTRY_POINT_GROUP, formats
+        from tokembed.shards.formats import PLUGINS_ENV, formats
 
         listed = ", ".join(f"{f.name} ({f.summary})" for f in formats())
-        return f"{self}: auto (by suffix, the default), {listed}; packages add more (entry point group {ENTRY_POINT_GROUP})"
+        return f"{self}: auto (by suffix, the default), {listed}; plugins add more ({PLUGINS_ENV}, docs/corpora.md)"
 
 
 def _input_format(name: str) -> str:
