@@ -20,13 +20,14 @@ windows in Python.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-__all__ = ["IGNORE_INDEX", "DocumentBatch", "segment_layout", "window_segments"]
+__all__ = ["IGNORE_INDEX", "DocumentBatch", "document_batch", "document_batches", "window_segments"]
 
 IGNORE_INDEX = -100  # a target nothing is predicted for (padding, a packed document's last token): torch's default
 
@@ -73,6 +74,13 @@ class DocumentBatch:
         return int(self.inputs.shape[0])
 
 
+@functools.lru_cache(maxsize=4)
+def _arange(n: int) -> np.ndarray:
+    a = np.arange(n)
+    a.flags.writeable = False
+    return a
+
+
 def window_segments(starts: np.ndarray, doc_starts: np.ndarray, length: int) -> tuple[np.ndarray, np.ndarray]:
     """The segments of windows of ``length`` tokens starting at ``starts`` in a stream with documents starting
     at ``doc_starts``.
@@ -97,42 +105,67 @@ def window_segments(starts: np.ndarray, doc_starts: np.ndarray, length: int) -> 
     return seg_row, seg_start
 
 
-def segment_layout(
-    seg_row: np.ndarray, seg_start: np.ndarray, *, batch: int, length: int, max_documents: int | None = None
-) -> tuple[np.ndarray, np.ndarray, int, np.ndarray]:
-    """``(position_ids, cu_seqlens, max_seqlen, doc_lens)`` of a batch from its segments' starts.
+def document_batches(
+    inputs: torch.Tensor | np.ndarray,
+    targets: torch.Tensor | np.ndarray,
+    seg_row: np.ndarray,
+    seg_start: np.ndarray,
+    *,
+    batch_size: int,
+    max_documents: int | None = None,
+) -> list[DocumentBatch]:
+    """Batches of ``batch_size`` rows of (K*B, T) ``inputs``/``targets`` whose segments start at
+    ``(seg_row, seg_start)`` (S,) (sorted by row, then start; every row has one starting at 0).
 
-    Args:
-        seg_row, seg_start: (S,) each, as `window_segments` returns them (sorted; each row starts one at 0).
-        batch, length: the batch's shape (B, T).
-        max_documents: pad ``cu_seqlens`` to ``max_documents + 1`` entries and ``doc_lens`` to
-            (B, max_documents); None: exactly S + 1 and (B, the most segments in a row).
-
-    Returns:
-        position_ids (B, T) int64, cu_seqlens int32, max_seqlen, doc_lens (B, D) int32.
+    The layout of all K batches is computed together (a few numpy calls for the chunk); each batch then
+    takes its slices.
 
     Raises:
-        ValueError: the batch has more segments than ``max_documents``.
+        ValueError: a batch holds more segments than ``max_documents``.
     """
-    n = len(seg_row)
-    if max_documents is not None and n > max_documents:
+    rows, t = inputs.shape
+    k, b = rows // batch_size, batch_size
+    flat = seg_row * t + seg_start  # (S,) segment starts in the flattened chunk
+    lens = np.empty_like(flat)  # (S,)
+    np.subtract(flat[1:], flat[:-1], out=lens[:-1])
+    lens[-1] = rows * t - flat[-1]
+    position_ids = np.repeat(flat, lens)  # (K*B*T,) each token's segment start ...
+    np.subtract(_arange(rows * t), position_ids, out=position_ids)  # ... and its distance from it
+    counts = np.bincount(seg_row, minlength=rows)  # (K*B,) segments per row
+    col = np.arange(len(seg_row)) - (np.cumsum(counts) - counts)[seg_row]  # (S,) the segment's place in its row
+    per_batch = counts.reshape(k, b)
+    width = per_batch.max(axis=1) if max_documents is None else np.full(k, max_documents)  # (K,)
+    bounds = np.zeros(k + 1, dtype=np.int64)  # (K+1,) each batch's segments
+    np.cumsum(per_batch.sum(axis=1), out=bounds[1:])
+    if max_documents is not None and (np.diff(bounds) > max_documents).any():
+        n = int(np.diff(bounds).max())
         raise ValueError(
             f"a batch holds {n} document pieces, more than max_documents={max_documents}; raise max_documents "
-            f"(at most batch_size x max_length = {batch * length} pieces fit in a batch) or leave it out"
+            f"(at most batch_size x max_length = {b * t} pieces fit in a batch) or leave it out"
         )
-    size = n + 1 if max_documents is None else max_documents + 1
-    cu = np.full(size, batch * length, dtype=np.int32)  # padding: zero-length sequences at the end
-    cu[:n] = seg_row * length + seg_start
-    lens = np.diff(cu[: n + 1])  # (S,)
-    marks = np.zeros((batch, length), dtype=np.int64)
-    marks[seg_row, seg_start] = seg_start
-    np.maximum.accumulate(marks, axis=1, out=marks)  # (B,T): the start of each token's segment
-    position_ids = np.arange(length) - marks  # (B,T)
-    counts = np.bincount(seg_row, minlength=batch)  # (B,)
-    col = np.arange(n) - (np.cumsum(counts) - counts)[seg_row]  # (S,) the segment's place in its row
-    doc_lens = np.zeros((batch, int(counts.max()) if max_documents is None else max_documents), dtype=np.int32)
+    doc_lens = np.zeros((rows, int(width.max())), dtype=np.int32)
     doc_lens[seg_row, col] = lens
-    return position_ids, cu, int(lens.max()), doc_lens
+    longest = np.maximum.reduceat(lens, bounds[:-1])  # (K,)
+    pos = position_ids.reshape(rows, t)
+    inputs, targets = (a.numpy() if isinstance(a, torch.Tensor) else a for a in (inputs, targets))
+    out = []
+    for j in range(k):
+        n = int(bounds[j + 1] - bounds[j])
+        cu = np.empty(n + 1 if max_documents is None else max_documents + 1, dtype=np.int32)
+        np.subtract(flat[bounds[j] : bounds[j + 1]], j * b * t, out=cu[:n], casting="unsafe")
+        cu[n:] = b * t  # the end, then padding: zero-length sequences
+        r = slice(j * b, (j + 1) * b)
+        out.append(
+            DocumentBatch(
+                inputs=torch.from_numpy(inputs[r]),  # numpy slices: a torch index costs ~10x more
+                targets=torch.from_numpy(targets[r]),
+                position_ids=torch.from_numpy(pos[r]),
+                cu_seqlens=torch.from_numpy(cu),
+                max_seqlen=int(longest[j]),
+                doc_lens=torch.from_numpy(doc_lens[r, : int(width[j])]),
+            )
+        )
+    return out
 
 
 def document_batch(
@@ -144,13 +177,6 @@ def document_batch(
     max_documents: int | None = None,
 ) -> DocumentBatch:
     """A `DocumentBatch` of (B, T) ``inputs``/``targets`` whose segments start at ``(seg_row, seg_start)``."""
-    b, t = inputs.shape
-    pos, cu, longest, lens = segment_layout(seg_row, seg_start, batch=b, length=t, max_documents=max_documents)
-    return DocumentBatch(
-        inputs=inputs,
-        targets=targets,
-        position_ids=torch.from_numpy(pos),
-        cu_seqlens=torch.from_numpy(cu),
-        max_seqlen=longest,
-        doc_lens=torch.from_numpy(lens),
-    )
+    return document_batches(
+        inputs, targets, seg_row, seg_start, batch_size=inputs.shape[0], max_documents=max_documents
+    )[0]

@@ -223,10 +223,8 @@ class _RankBatches(torch.utils.data.IterableDataset):
         b = self.epoch.plan.batch_size
         # Small batches are gathered several at a time (one fancy index for up to _CHUNK_TOKENS
         # tokens), then handed out as contiguous slices of the chunk. Not in workers: a slice sent
-        # to the main process would carry its whole chunk through shared memory. Documents: one
-        # batch at a time (their layout is per batch).
-        chunked = info is None and self.output != "documents"
-        per_chunk = max(1, _CHUNK_TOKENS // (b * self.dataset.max_length)) if chunked else 1
+        # to the main process would carry its whole chunk through shared memory.
+        per_chunk = max(1, _CHUNK_TOKENS // (b * self.dataset.max_length)) if info is None else 1
         # The permutation is evaluated for blocks of positions, small at first (the first batch comes
         # at once) and doubling up to _PERM_POSITIONS (amortising numpy's per-call overhead).
         pool = _BufferPool() if info is None else None
@@ -241,12 +239,13 @@ class _RankBatches(torch.utils.data.IterableDataset):
     def _batches(self, ks: np.ndarray, pool: _BufferPool | None) -> Iterator[Any]:
         """The batches of windows ``ks`` (K, B), gathered together."""
         ds, b = self.dataset, ks.shape[1]
-        if self.output == "documents":
-            yield from (ds._gather_documents(k, max_documents=self.max_documents) for k in ks)
-        elif self.output == "rows":
+        if self.output == "rows":
             yield from ds._gather_rows(ks.ravel()).split(b)  # (B, T+1) each
+            return
+        out = None if pool is None else pool.get((ks.size, ds.max_length))
+        if self.output == "documents":
+            yield from ds._document_batches(ks.ravel(), batch_size=b, max_documents=self.max_documents, out=out)
         else:
-            out = None if pool is None else pool.get((ks.size, ds.max_length))
             inputs, targets = ds._gather(ks.ravel(), out)  # (K*B, T), (K*B, T)
             if len(ks) == 1:
                 yield inputs, targets

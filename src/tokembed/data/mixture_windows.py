@@ -20,7 +20,7 @@ import os
 import numpy as np
 import torch
 
-from tokembed.data.batch import DocumentBatch, document_batch
+from tokembed.data.batch import DocumentBatch, document_batches
 from tokembed.data.packed import PackedWindows
 from tokembed.data.shuffle import FeistelFamily, FeistelPermutation
 from tokembed.data.windows import SlidingWindowDataset
@@ -209,11 +209,18 @@ class MixtureWindows(SlidingWindowDataset):
         self._by_source(codes, part)
         return torch.from_numpy(x), torch.from_numpy(y)
 
-    def _gather_documents(self, codes: np.ndarray, *, max_documents: int | None = None) -> DocumentBatch:
+    def _document_batches(
+        self,
+        codes: np.ndarray,
+        *,
+        batch_size: int,
+        max_documents: int | None = None,
+        out: tuple[np.ndarray, np.ndarray] | None = None,
+    ) -> list[DocumentBatch]:
         if self.packing is None:
-            return super()._gather_documents(codes, max_documents=max_documents)
+            return super()._document_batches(codes, batch_size=batch_size, max_documents=max_documents, out=out)
         shape = (len(codes), self.max_length)
-        x, y = np.empty(shape, np.int64), np.empty(shape, np.int64)
+        x, y = out if out is not None else (np.empty(shape, np.int64), np.empty(shape, np.int64))
         segs: list[tuple[np.ndarray, np.ndarray]] = []
 
         def part(rows, ds, windows):
@@ -224,8 +231,9 @@ class MixtureWindows(SlidingWindowDataset):
         self._by_source(codes, part)
         seg_row, seg_start = (np.concatenate(a) for a in zip(*segs))
         order = np.argsort(seg_row * self.max_length + seg_start, kind="stable")
-        return document_batch(
-            torch.from_numpy(x), torch.from_numpy(y), seg_row[order], seg_start[order], max_documents=max_documents
+        x_t, y_t = torch.from_numpy(x), torch.from_numpy(y)
+        return document_batches(
+            x_t, y_t, seg_row[order], seg_start[order], batch_size=batch_size, max_documents=max_documents
         )
 
     def _gather_rows(self, codes: np.ndarray) -> torch.Tensor:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from tokembed.data.batch import IGNORE_INDEX, DocumentBatch, document_batch
+from tokembed.data.batch import IGNORE_INDEX, DocumentBatch, document_batches
 from tokembed.data.packing import PackingPlan, check_packer, plan_packing
 from tokembed.data.windows import SlidingWindowDataset
 
@@ -84,27 +84,32 @@ class PackedWindows(SlidingWindowDataset):
         piece = np.repeat(first - (np.cumsum(count) - count), count) + np.arange(len(row))  # (P,)
         return piece, row
 
-    def _read_spans(self, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-        """Tokens ``[start, start + length)`` of every span, end to end: (sum(lengths),) in the source's dtype."""
+    def _read_spans(self, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Tokens ``[start, start + length)`` of every span: ``(tokens, first)``, where span ``i`` is
+        ``tokens[first[i] : first[i] + lengths[i]]`` (in the source's dtype; spans grouped by shard).
+
+        One fancy index per shard the spans touch; a span that goes on into the next shard (a document
+        that does) is read on its own.
+        """
         views = self._views()
-        if len(self._cum) == 2:  # one segment: a single fancy index
-            flat = self._flat(0, views)
-            offset = np.cumsum(lengths) - lengths
-            return flat[np.repeat(starts - offset, lengths) + np.arange(int(lengths.sum()))]
-        seg = np.searchsorted(self._cum, starts, side="right") - 1
+        seg = np.searchsorted(self._cum, starts, side="right") - 1  # (P,) the shard of each span's start
         local = starts - self._cum[seg]
-        inside = local + lengths <= self._seg_len[seg]
-        flat = views.get("flat")
-        if flat is None:
-            flat = views["flat"] = [self._flat(i, views) for i in range(len(self._seg_len))]
-        return np.concatenate(
-            [
-                flat[i][j : j + n] if ok else self._shards.read(a, a + n)  # a document that goes on into the next shard
-                for i, j, n, ok, a in zip(
-                    seg.tolist(), local.tolist(), lengths.tolist(), inside.tolist(), starts.tolist()
-                )
-            ]
-        )
+        seg = np.where(local + lengths <= self._seg_len[seg], seg, -1)  # -1: crosses into the next shard
+        order = np.argsort(seg, kind="stable")  # spans grouped by shard; the crossing ones first
+        length = lengths[order]
+        first = np.empty_like(lengths)
+        first[order] = np.cumsum(length) - length
+        cuts = np.flatnonzero(np.diff(seg[order])) + 1
+        parts = []
+        for group in np.split(order, cuts):
+            i = int(seg[group[0]])
+            if i < 0:
+                parts += [self._shards.read(int(starts[j]), int(starts[j] + lengths[j])) for j in group.tolist()]
+                continue
+            n = lengths[group]
+            at = np.repeat(local[group] - (np.cumsum(n) - n), n) + np.arange(int(n.sum()))
+            parts.append(self._flat(i, views)[at])
+        return (np.concatenate(parts) if len(parts) > 1 else parts[0]), first
 
     def _gather(
         self, k: np.ndarray, out: tuple[np.ndarray, np.ndarray] | None = None
@@ -115,25 +120,37 @@ class PackedWindows(SlidingWindowDataset):
     def _gather_packed(
         self, k: np.ndarray, out: tuple[np.ndarray, np.ndarray] | None
     ) -> tuple[torch.Tensor, torch.Tensor, np.ndarray, np.ndarray]:
-        """Inputs and targets (B, T) of windows ``k``, each row's fill (B,), and its pieces (P,)."""
-        p = self.plan
-        t = self.max_length
+        """Inputs and targets (B, T) of windows ``k``, each row's fill (B,), and its pieces (P,).
+
+        Every slot of the batch reads one entry of ``src = [the pieces' tokens | T+1 pad tokens | T+1 x -100]``:
+        a row's padding is one more piece reading the pad run; a target reads the entry after its input's,
+        or the -100 run for padding, or -100 at a document's last token. Two fancy indexes fill the batch.
+        """
+        p, t = self.plan, self.max_length
         piece, row = self._pieces_of(k)
         length = p.piece_len[piece].astype(np.int64)  # (P,)
         more = ~p.piece_last[piece]  # (P,) the document goes on after the piece: read its next token too
-        tokens = self._read_spans(p.piece_start[piece], length + more)  # (sum(length + more),)
-        first = np.cumsum(length + more) - (length + more)  # (P,) where each piece's tokens begin in `tokens`
-        at = np.repeat(first - (np.cumsum(length) - length), length) + np.arange(int(length.sum()))  # inputs' places
-        nxt = tokens[np.minimum(at + 1, len(tokens) - 1)].astype(np.int64)  # the next token of each input
-        nxt[(np.cumsum(length) - 1)[~more]] = IGNORE_INDEX  # a document's last token predicts nothing
+        span = length + more
+        tokens, first = self._read_spans(p.piece_start[piece], span)  # (sum(span),), (P,) where each piece begins
+        n = len(tokens)
+        src = np.empty(n + 2 * (t + 1), dtype=np.int64)
+        src[:n] = tokens
+        src[n : n + t + 1] = self.pad_token
+        src[n + t + 1 :] = IGNORE_INDEX
         fill = np.bincount(row, weights=length, minlength=len(k)).astype(np.int64)  # (B,) filled slots per row
-        shape = (len(k), t)
-        x, y = out if out is not None else (np.empty(shape, np.int64), np.empty(shape, np.int64))
-        filled = np.arange(t) < fill[:, None]  # (B,T): each row's pieces from its first slot on
-        x.fill(self.pad_token)
-        y.fill(IGNORE_INDEX)
-        x[filled] = tokens[at]
-        y[filled] = nxt
+        # The row's pieces, then its padding (a piece of T - fill slots reading the pad run), in slot order.
+        at = np.concatenate([first, np.full(len(k), n)])  # (P+B,)
+        size = np.concatenate([length, t - fill])
+        order = np.argsort(np.concatenate([row, np.arange(len(k))]), kind="stable")  # by row; padding last
+        at, size = at[order], size[order]
+        x_src = np.repeat(at - (np.cumsum(size) - size), size) + np.arange(len(k) * t)  # (B*T,)
+        y_src = x_src + 1
+        y_src[x_src >= n] += t + 1  # padding predicts nothing: the -100 run
+        ends = (np.cumsum(size) - 1)[order < len(row)][~more]  # the slot of each document's last token
+        y_src[ends] = n + t + 1
+        x, y = out if out is not None else (np.empty((len(k), t), np.int64), np.empty((len(k), t), np.int64))
+        np.take(src, x_src, out=x.reshape(-1))
+        np.take(src, y_src, out=y.reshape(-1))
         return torch.from_numpy(x), torch.from_numpy(y), fill, piece
 
     def _gather_rows(self, k: np.ndarray) -> torch.Tensor:
@@ -142,10 +159,12 @@ class PackedWindows(SlidingWindowDataset):
             "use output='pairs' or output='documents' with packing"
         )
 
-    def _packed_segments(self, k: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, np.ndarray, np.ndarray]:
+    def _packed_segments(
+        self, k: np.ndarray, out: tuple[np.ndarray, np.ndarray] | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, np.ndarray, np.ndarray]:
         """Inputs, targets (B, T) of windows ``k`` and their segments ``(seg_row, seg_start)`` (S,): one per
         piece, and the padding of a row that has some as one more (see `tokembed.data.batch`)."""
-        inputs, targets, fill, piece = self._gather_packed(k, None)
+        inputs, targets, fill, piece = self._gather_packed(k, out)
         t = self.max_length
         length = self.plan.piece_len[piece].astype(np.int64)
         row = np.repeat(np.arange(len(k)), np.diff(self.plan.window_first)[k])  # (P,)
@@ -156,6 +175,13 @@ class PackedWindows(SlidingWindowDataset):
         order = np.argsort(seg_row * t + seg_start, kind="stable")
         return inputs, targets, seg_row[order], seg_start[order]
 
-    def _gather_documents(self, k: np.ndarray, *, max_documents: int | None = None) -> DocumentBatch:
-        inputs, targets, seg_row, seg_start = self._packed_segments(k)
-        return document_batch(inputs, targets, seg_row, seg_start, max_documents=max_documents)
+    def _document_batches(
+        self,
+        k: np.ndarray,
+        *,
+        batch_size: int,
+        max_documents: int | None = None,
+        out: tuple[np.ndarray, np.ndarray] | None = None,
+    ) -> list[DocumentBatch]:
+        inputs, targets, seg_row, seg_start = self._packed_segments(k, out)
+        return document_batches(inputs, targets, seg_row, seg_start, batch_size=batch_size, max_documents=max_documents)

@@ -20,7 +20,7 @@ import torch
 from torch.utils.data import Dataset
 
 from tokembed._checks import check_bool, check_positive_int
-from tokembed.data.batch import DocumentBatch, document_batch, window_segments
+from tokembed.data.batch import DocumentBatch, document_batches, window_segments
 from tokembed.data.plan import window_count
 from tokembed.shards import format as shard_format
 from tokembed.shards import reader as shard_reader
@@ -504,11 +504,22 @@ class SlidingWindowDataset(Dataset):
         return torch.from_numpy(self._rows(self._window_starts(k)).astype(np.int64))
 
     def _gather_documents(self, k: np.ndarray, *, max_documents: int | None = None) -> DocumentBatch:
-        """Windows ``k`` with where their documents begin and end (`tokembed.data.batch`)."""
-        starts = self._window_starts(k)  # (B,)
-        inputs, targets = _split_rows(self._rows(starts), None)
+        """Windows ``k`` (B,) with where their documents begin and end (`tokembed.data.batch`)."""
+        return self._document_batches(k, batch_size=len(k), max_documents=max_documents)[0]
+
+    def _document_batches(
+        self,
+        k: np.ndarray,
+        *,
+        batch_size: int,
+        max_documents: int | None = None,
+        out: tuple[np.ndarray, np.ndarray] | None = None,
+    ) -> list[DocumentBatch]:
+        """Windows ``k`` (K*B,) as K `DocumentBatch` es of ``batch_size``, laid out together."""
+        starts = self._window_starts(k)  # (K*B,)
+        inputs, targets = _split_rows(self._rows(starts), out)
         seg_row, seg_start = window_segments(starts, self.document_starts(), self.max_length)
-        return document_batch(inputs, targets, seg_row, seg_start, max_documents=max_documents)
+        return document_batches(inputs, targets, seg_row, seg_start, batch_size=batch_size, max_documents=max_documents)
 
     def document_starts(self) -> np.ndarray:
         """Where every document starts, in the coordinate of `starts`: sorted int64 (D,), cached per process.
