@@ -51,7 +51,7 @@ from tokembed.data.plan import RankPlan, rank_plan
 from tokembed.data.shuffle import FeistelPermutation
 from tokembed.data.windows import SlidingWindowDataset
 
-__all__ = ["LoaderConfig", "WindowLoader", "create_dataloader", "resolve_rank"]
+__all__ = ["LoaderConfig", "WindowDataLoader", "WindowLoader", "create_dataloader", "resolve_rank"]
 
 STATE_FORMAT = "tokembed-loader"
 STATE_VERSION = 1
@@ -423,6 +423,40 @@ class WindowLoader:
             )
         self._epoch, self._done, self._resume_at = epoch, done, done
         self._iter_id += 1
+
+    def as_dataloader(self) -> WindowDataLoader:
+        """This loader as a ``torch.utils.data.DataLoader`` (for trainers that check ``isinstance``: Fabric,
+        litgpt, accelerate): the same batches, ``len``, ``set_epoch``, ``state_dict`` and ``load_state_dict``."""
+        return WindowDataLoader(self)
+
+
+class WindowDataLoader(torch.utils.data.DataLoader):
+    """A `WindowLoader` seen as a ``torch.utils.data.DataLoader`` (`WindowLoader.as_dataloader`).
+
+    Iterating, ``len()``, ``set_epoch``, ``state_dict`` and ``load_state_dict`` are the `WindowLoader`'s
+    (``loader``); the DataLoader attributes (``dataset``, ``num_workers``, ...) are there for code that
+    reads them. Do not let a trainer rebuild it with its own sampler: it deals ranks itself (for
+    Fabric: ``fabric.setup_dataloaders(dl, use_distributed_sampler=False)``).
+    """
+
+    def __init__(self, loader: WindowLoader) -> None:
+        super().__init__(loader.dataset, batch_size=None, shuffle=False, num_workers=0)
+        self.loader = loader
+
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+        return iter(self.loader)
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.loader.set_epoch(epoch)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.loader.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.loader.load_state_dict(state)
 
 
 def _per_rank_batch(batch_size, global_batch_size, rank, world_size) -> int:

@@ -28,7 +28,7 @@ from tokembed.shards.megatron import is_megatron_prefix
 from tokembed.tokenizer import ENDOFTEXT, get_tokenizer
 from tokembed.tokenizer.gpt2 import GPT2_EOT
 
-__all__ = ["SlidingWindowDataset", "check_window_args", "encode_text"]
+__all__ = ["SlidingWindowDataset", "check_window_args", "collate_windows", "encode_text"]
 
 
 def encode_text(txt: str, tokenizer=None) -> np.ndarray:
@@ -99,7 +99,14 @@ def _split_rows(rows: np.ndarray, out: tuple[np.ndarray, np.ndarray] | None) -> 
     return torch.from_numpy(inputs), torch.from_numpy(targets)
 
 
-def _collate_windows(batch):
+def collate_windows(batch):
+    """The collate function for `SlidingWindowDataset` in any ``DataLoader``: ``[inputs, targets]``, (B, T) each.
+
+    A DataLoader with automatic batching hands the dataset a whole batch of indices (``__getitems__``), which
+    gathers them in one vectorized step; this returns its two tensors as they are instead of re-stacking B
+    pairs (torch's default collate). Any other batch (a list of pairs) goes to the default collate.
+    ``DataLoader(dataset, batch_size=8, shuffle=True, collate_fn=collate_windows)``.
+    """
     if isinstance(batch, _WindowBatch):
         return [batch.inputs, batch.targets]
     return torch.utils.data.default_collate(batch)
