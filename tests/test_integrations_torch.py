@@ -127,7 +127,9 @@ def test_window_batch_sampler_state_is_the_loaders_and_elastic(folder):
         h.load_state_dict(state)
     assert [a + b for a, b in zip(*halves)] == rest
     with pytest.raises(TypeError, match=r"a Mixture's windows are indexed by slots"):
-        tokembed.WindowBatchSampler(tokembed.SlidingWindowDataset(tokembed.Mixture({folder: 1}), max_length=8), batch_size=2)
+        tokembed.WindowBatchSampler(
+            tokembed.SlidingWindowDataset(tokembed.Mixture({folder: 1}), max_length=8), batch_size=2
+        )
 
 
 # ------------------------------------------------------------------------------------- torchtitan
@@ -147,7 +149,9 @@ def test_torchtitan_contract_batches_and_positions(folder):
     dl = titan(folder, rank=1, world=2, local_batch_size=4)
     assert isinstance(dl, BaseDataLoader)
     ref = list(
-        tokembed.create_dataloader(folder, batch_size=4, max_length=32, seed=5, rank=1, world_size=2, return_documents=True)
+        tokembed.create_dataloader(
+            folder, batch_size=4, max_length=32, seed=5, rank=1, world_size=2, return_documents=True
+        )
     )
     got = list(dl)
     assert len(got) == len(ref)

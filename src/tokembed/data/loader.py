@@ -430,17 +430,30 @@ class WindowLoader:
         return WindowDataLoader(self)
 
 
+class _Batches(torch.utils.data.IterableDataset):
+    """A `WindowLoader`'s batches as an ``IterableDataset`` (what `WindowDataLoader` wraps)."""
+
+    def __init__(self, loader: WindowLoader) -> None:
+        self.loader = loader
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.loader)
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+
 class WindowDataLoader(torch.utils.data.DataLoader):
     """A `WindowLoader` seen as a ``torch.utils.data.DataLoader`` (`WindowLoader.as_dataloader`).
 
     Iterating, ``len()``, ``set_epoch``, ``state_dict`` and ``load_state_dict`` are the `WindowLoader`'s
-    (``loader``); the DataLoader attributes (``dataset``, ``num_workers``, ...) are there for code that
-    reads them. Do not let a trainer rebuild it with its own sampler: it deals ranks itself (for
-    Fabric: ``fabric.setup_dataloaders(dl, use_distributed_sampler=False)``).
+    (``loader``); the DataLoader attributes are there for code that reads them. Its ``dataset`` is an
+    ``IterableDataset`` over the loader, so trainers that would put in a ``DistributedSampler`` of their
+    own (Lightning Fabric, accelerate) leave it alone: the loader deals ranks itself.
     """
 
     def __init__(self, loader: WindowLoader) -> None:
-        super().__init__(loader.dataset, batch_size=None, shuffle=False, num_workers=0)
+        super().__init__(_Batches(loader), batch_size=None, num_workers=0)
         self.loader = loader
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
