@@ -36,8 +36,10 @@ def corpus(root: Path, seed: int, n_docs: int, *, cuts=(), low=0) -> tuple[np.nd
 
 
 @pytest.mark.slow
-def test_litgpt_pretrain_trains_on_a_shard_folder_and_resumes_the_loader(tmp_path):
+def test_litgpt_pretrain_trains_on_a_shard_folder_and_resumes_the_loader(tmp_path, monkeypatch):
     litgpt = pytest.importorskip("litgpt")
+    # litgpt writes hyperparameters.yaml by parsing sys.argv as its CLI would (parser_config.save_hyperparameters)
+    monkeypatch.setattr(sys, "argv", ["litgpt", "tiny"])
     from litgpt.args import EvalArgs, TrainArgs
     from litgpt.pretrain import setup
 
@@ -46,7 +48,7 @@ def test_litgpt_pretrain_trains_on_a_shard_folder_and_resumes_the_loader(tmp_pat
     corpus(tmp_path / "train", 1, 300)
     corpus(tmp_path / "val", 2, 40)
     config = litgpt.Config(
-        name="tiny", block_size=32, n_layer=1, n_head=2, n_embd=32, vocab_size=50257, padded_vocab_size=50304
+        name="tiny", block_size=32, n_layer=1, n_head=2, n_embd=16, vocab_size=50257, padded_vocab_size=50304
     )
 
     def run(max_iters, out, resume=False):
@@ -59,7 +61,9 @@ def test_litgpt_pretrain_trains_on_a_shard_folder_and_resumes_the_loader(tmp_pat
             max_tokens=max_iters * 4 * 32,
             lr_warmup_steps=1,
             max_seq_length=32,
-            min_lr=1e-4,
+            min_lr=1e-2,  # = the learning rate: a constant schedule, whatever the run's length
+            max_norm=1.0,
+            tie_embeddings=False,
         )
         setup(
             model_name="tiny",
@@ -89,8 +93,9 @@ def test_litgpt_pretrain_trains_on_a_shard_folder_and_resumes_the_loader(tmp_pat
     full = torch.load(tmp_path / "full" / "step-00000008" / "lit_model.pth", weights_only=False)
     cut = torch.load(tmp_path / "cut" / "step-00000008" / "lit_model.pth", weights_only=False)
     assert cut["train_dataloader"] == full["train_dataloader"]
-    for k, v in full["model"].items():
-        torch.testing.assert_close(cut["model"][k], v, rtol=1e-4, atol=1e-5)
+    for k, v in full["model"].items():  # the same batches at a constant learning rate: the same weights
+        # (up to the float noise of threaded CPU kernels; another batch moves weights by ~lr = 1e-2)
+        torch.testing.assert_close(cut["model"][k], v, rtol=0, atol=1e-3)
 
 
 def test_litgpt_data_module_gives_rows_in_tokembeds_order(tmp_path):
