@@ -601,6 +601,7 @@ def _dataset(source, *, max_length, stride, within_documents, split, verify, pac
     options = dict(max_length=max_length, stride=stride, within_documents=within_documents, split=split, verify=verify)
     if packing is None:
         return SlidingWindowDataset(source, **options)
-    if getattr(source, "window_dataset_class", None) is not None:  # a Mixture: each source packed
-        return SlidingWindowDataset(source, packing=packing, **options)
+    variant = getattr(source, "window_dataset_class", None)
+    if variant is not None:  # a Mixture: each source packed (MixtureWindows)
+        return variant()(source, packing=packing, **options)
     return PackedWindows(source, packing=packing, **options)

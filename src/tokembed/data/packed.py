@@ -8,12 +8,15 @@ tokens of the same document; a document's last token and the padding predict not
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 import torch
 
 from tokembed.data.batch import IGNORE_INDEX, DocumentBatch, document_batches
 from tokembed.data.packing import PackingPlan, check_packer, plan_packing
 from tokembed.data.windows import SlidingWindowDataset
+from tokembed.shards.reader import ShardSet
 
 __all__ = ["PackedWindows"]
 
@@ -104,7 +107,8 @@ class PackedWindows(SlidingWindowDataset):
         for group in np.split(order, cuts):
             i = int(seg[group[0]])
             if i < 0:
-                parts += [self._shards.read(int(starts[j]), int(starts[j] + lengths[j])) for j in group.tolist()]
+                shards = cast(ShardSet, self._shards)  # several segments: a shard folder
+                parts += [shards.read(int(starts[j]), int(starts[j] + lengths[j])) for j in group.tolist()]
                 continue
             n = lengths[group]
             at = np.repeat(local[group] - (np.cumsum(n) - n), n) + np.arange(int(n.sum()))

@@ -37,7 +37,8 @@ class LitDataModule(DataModule):
         super().__init__()
         self.source, self.val_source = source, val_source
         self.seed, self.shuffle, self.num_workers = seed, shuffle, num_workers
-        self.batch_size, self.max_seq_length = 1, None
+        self.batch_size: int = 1
+        self.max_seq_length: int | None = None
 
     def __repr__(self) -> str:
         return f"LitDataModule({self.source!r}, seed={self.seed})"

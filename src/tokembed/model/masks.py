@@ -101,5 +101,5 @@ class DocumentMask:
             def score_mod(s, bi, h, qi, ki):
                 return s + bias[bi if bb else 0, h if bh else 0, qi, ki]
 
-        fn = _compiled_flex() if q.is_cuda else flex_attention  # CPU (forced): the eager reference
+        fn: Callable[..., torch.Tensor] = _compiled_flex() if q.is_cuda else flex_attention  # CPU: the eager reference
         return fn(q, k, v, score_mod=score_mod, block_mask=self.block_mask())
