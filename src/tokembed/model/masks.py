@@ -101,5 +101,6 @@ class DocumentMask:
             def score_mod(s, bi, h, qi, ki):
                 return s + bias[bi if bb else 0, h if bh else 0, qi, ki]
 
-        fn: Callable[..., torch.Tensor] = _compiled_flex() if q.is_cuda else flex_attention  # CPU: the eager reference
+        # CUDA: the compiled kernel; a CPU (forced): torch's eager reference
+        fn: Callable[..., torch.Tensor] = _compiled_flex() if q.is_cuda else flex_attention  # type: ignore[assignment]
         return fn(q, k, v, score_mod=score_mod, block_mask=self.block_mask())
