@@ -126,35 +126,24 @@ class PackedWindows(SlidingWindowDataset):
     ) -> tuple[torch.Tensor, torch.Tensor, np.ndarray, np.ndarray]:
         """Inputs and targets (B, T) of windows ``k``, each row's fill (B,), and its pieces (P,).
 
-        Every slot of the batch reads one entry of ``src = [the pieces' tokens | T+1 pad tokens | T+1 x -100]``:
-        a row's padding is one more piece reading the pad run; a target reads the entry after its input's,
-        or the -100 run for padding, or -100 at a document's last token. Two fancy indexes fill the batch.
+        The pieces' tokens are read together (with the token after each piece whose document goes on);
+        then each piece is two slice copies into its row: its tokens, and the same shifted by one as its
+        targets. What is left is padding (``pad_token``, target -100), as is a document's last target.
         """
         p, t = self.plan, self.max_length
         piece, row = self._pieces_of(k)
         length = p.piece_len[piece].astype(np.int64)  # (P,)
         more = ~p.piece_last[piece]  # (P,) the document goes on after the piece: read its next token too
-        span = length + more
-        tokens, first = self._read_spans(p.piece_start[piece], span)  # (sum(span),), (P,) where each piece begins
-        n = len(tokens)
-        src = np.empty(n + 2 * (t + 1), dtype=np.int64)
-        src[:n] = tokens
-        src[n : n + t + 1] = self.pad_token
-        src[n + t + 1 :] = IGNORE_INDEX
+        tokens, first = self._read_spans(p.piece_start[piece], length + more)  # where each piece begins in tokens
         fill = np.bincount(row, weights=length, minlength=len(k)).astype(np.int64)  # (B,) filled slots per row
-        # The row's pieces, then its padding (a piece of T - fill slots reading the pad run), in slot order.
-        at = np.concatenate([first, np.full(len(k), n)])  # (P+B,)
-        size = np.concatenate([length, t - fill])
-        order = np.argsort(np.concatenate([row, np.arange(len(k))]), kind="stable")  # by row; padding last
-        at, size = at[order], size[order]
-        x_src = np.repeat(at - (np.cumsum(size) - size), size) + np.arange(len(k) * t)  # (B*T,)
-        y_src = x_src + 1
-        y_src[x_src >= n] += t + 1  # padding predicts nothing: the -100 run
-        ends = (np.cumsum(size) - 1)[order < len(row)][~more]  # the slot of each document's last token
-        y_src[ends] = n + t + 1
         x, y = out if out is not None else (np.empty((len(k), t), np.int64), np.empty((len(k), t), np.int64))
-        np.take(src, x_src, out=x.reshape(-1))
-        np.take(src, y_src, out=y.reshape(-1))
+        x.fill(self.pad_token)
+        y.fill(IGNORE_INDEX)
+        xf, yf = x.reshape(-1), y.reshape(-1)  # (B*T,) views
+        dst = row * t + (np.cumsum(length) - length - (np.cumsum(fill) - fill)[row])  # (P,) each piece's first slot
+        for d, a, n, m in zip(dst.tolist(), first.tolist(), length.tolist(), more.tolist()):
+            xf[d : d + n] = tokens[a : a + n]
+            yf[d : d + n - 1 + m] = tokens[a + 1 : a + n + m]  # a document's last token keeps -100
         return torch.from_numpy(x), torch.from_numpy(y), fill, piece
 
     def _gather_rows(self, k: np.ndarray) -> torch.Tensor:
