@@ -154,3 +154,17 @@ def test_callback_refuses_the_trainers_own_shuffle(folder, tmp_path):
     trainer = transformers.Trainer(model=tiny_gpt2(), args=args, train_dataset=ds, callbacks=[LoaderStateCallback(ds)])
     with pytest.raises(ValueError, match=r"train_sampling_strategy='random' lets the Trainer shuffle tokembed's order"):
         trainer.train()
+
+
+def test_a_mixture_reads_in_the_loaders_order(tmp_path):
+    rng = np.random.default_rng(3)
+    for name in ("a", "b"):
+        write_cut_stream(tmp_path / name, [rng.integers(0, 1000, n).tolist() for n in rng.integers(3, 40, 50)], cuts=[])
+    mix = tokembed.Mixture({tmp_path / "a": 0.6, tmp_path / "b": 0.4})
+    for packing in (None, "best-fit"):
+        ds = HFWindows(mix, max_length=16, seed=2, packing=packing)
+        ref = tokembed.create_dataloader(mix, batch_size=5, max_length=16, seed=2, packing=packing)
+        x, y = next(iter(ref))
+        items = ds.__getitems__(range(5))
+        assert torch.equal(torch.stack([it["input_ids"] for it in items]), x)
+        assert torch.equal(torch.stack([it["labels"] for it in items]), hf_labels(y))
