@@ -10,6 +10,8 @@ import json
 import sys
 from pathlib import Path
 
+from tokembed.cli import options
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     _add_prepare(sub)
@@ -21,11 +23,17 @@ def _add_prepare(sub: argparse._SubParsersAction) -> None:
         "prepare",
         help="tokenize text/markdown/JSON Lines (optionally .gz or .zst) and Parquet into token shards",
         description="Tokenize a corpus into a shard folder: parallel, streaming, crash-safe (rerun the same command to resume).",
+        parents=[
+            options.out("the shard folder to create or resume", metavar="DIR"),
+            options.overwrite("a shard folder made from other inputs or options"),
+            options.tokenizer("the tokenizer to encode with"),
+            options.quiet(),
+            options.storage(),
+        ],
     )
     p.add_argument(
         "inputs", nargs="+", metavar="INPUT", help="files, folders (recursive), glob patterns, or - for standard input"
     )
-    p.add_argument("--out", "-o", type=Path, required=True, help="the shard folder to create or resume")
     p.add_argument(
         "--field", default="text", help="JSON Lines field or Parquet column holding the text (default: text)"
     )
@@ -50,8 +58,6 @@ def _add_prepare(sub: argparse._SubParsersAction) -> None:
         "--skip-bad-lines", action="store_true", help="skip (and count) JSON lines that are invalid or lack --field"
     )
     _add_engine_options(p)
-    p.add_argument("--overwrite", action="store_true", help="replace a shard folder made from other inputs or options")
-    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar and no summary")
     p.set_defaults(func=run_prepare)
 
 
@@ -73,14 +79,19 @@ def _add_folder_commands(sub: argparse._SubParsersAction) -> None:
         "check",
         help="verify a shard folder (structure, counts, checksums)",
         description="Verify a shard folder; exit 1 when damaged.",
+        parents=[options.json_output(), options.storage()],
     )
-    c.add_argument("dir", type=Path)
+    c.add_argument("dir", type=Path, metavar="DIR", help="the shard folder to verify")
     c.set_defaults(func=run_check)
 
     _register_stats(sub)
 
-    m = sub.add_parser("merge", help="finish a folder written by `prepare --rank R --world-size N` on several machines")
-    m.add_argument("dir", type=Path)
+    m = sub.add_parser(
+        "merge",
+        help="finish a folder written by `prepare --rank R --world-size N` on several machines",
+        parents=[options.quiet(), options.storage()],
+    )
+    m.add_argument("dir", type=Path, metavar="DIR", help="the shard folder every rank wrote into")
     m.set_defaults(func=run_merge)
 
 
@@ -89,8 +100,15 @@ def _register_stats(sub: argparse._SubParsersAction) -> None:
         "stats",
         help="documents, tokens, shards and the window plan of a shard folder (per input file with --per-file); "
         "or, with --source, the epochs of each source of a mixture that a run reads",
+        parents=[
+            options.windows(defaults=True),
+            options.json_output("print JSON (everything, per file included)"),
+            options.storage(),
+        ],
     )
-    s.add_argument("dir", type=Path, nargs="?", help="a shard folder (or leave it out and give --source)")
+    s.add_argument(
+        "dir", type=Path, metavar="DIR", nargs="?", help="a shard folder (or leave it out and give --source)"
+    )
     s.add_argument(
         "--source",
         action="append",
@@ -103,9 +121,6 @@ def _register_stats(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="with --source: the run's steps of batch-size x world-size windows (default: one nominal epoch)",
     )
-    s.add_argument("--max-length", type=int, default=256)
-    s.add_argument("--stride", type=int, default=None, help="default: max-length")
-    s.add_argument("--batch-size", type=int, default=8)
     s.add_argument(
         "--world-size",
         type=int,
@@ -113,17 +128,11 @@ def _register_stats(sub: argparse._SubParsersAction) -> None:
         help="ranks sharing each epoch: also print the batches per rank (tokembed.data.plan)",
     )
     s.add_argument("--per-file", action="store_true", help="also print one row per input file")
-    s.add_argument("--json", action="store_true", help="print JSON (everything, per file included)")
     s.set_defaults(func=run_stats)
 
 
 def _tokenizer_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--tokenizer",
-        default="gpt2",
-        help="gpt2 (default), r50k_base, p50k_base, cl100k_base, o200k_base, bytes, a tokenizer.json or a .tiktoken "
-        "file (`tokembed tokenizers` lists them)",
-    )
+    """The options of a tokenizer file, and who encodes (--tokenizer itself comes from `options.tokenizer`)."""
     p.add_argument("--pattern", help="split regex of a .tiktoken file, or the encoding whose pattern it uses")
     p.add_argument("--eot", help="end-of-text token of a tokenizer.json that has none of the usual ones")
     p.add_argument(
@@ -179,26 +188,26 @@ def run_prepare(args: argparse.Namespace) -> int:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    from tokembed.data.stats import shard_stats
-    from tokembed.shards.check import check_shards, manifest_sealed
+    from tokembed.shards.check import check_report
 
-    problems = check_shards(args.dir)
-    if problems:
-        for line in problems:
+    report = check_report(args.dir)
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=1))
+    elif not report.ok:
+        for line in report.problems:
             print(f"DAMAGED: {line}")
-        print(f"{args.dir}: {len(problems)} problem(s)", file=sys.stderr)
-        return 1
-    st = shard_stats(args.dir, max_length=None)
-    sizes = ", ".join(f"{k}: {v['shards']} shards, {v['tokens']:,} tokens" for k, v in st["splits"].items())
-    print(f"{args.dir}: OK ({sizes})")
-    if not manifest_sealed(args.dir):
+        print(f"{args.dir}: {len(report.problems)} problem(s)", file=sys.stderr)
+    else:
+        sizes = ", ".join(f"{k}: {v['shards']} shards, {v['tokens']:,} tokens" for k, v in report.splits.items())
+        print(f"{args.dir}: OK ({sizes})")
+    if report.sealed is False:
         print(
             f"note: {args.dir / 'manifest.json'} has no manifest_sha256 (an older tokembed wrote it): its content was "
             "checked against the schema, but an edit that leaves it well formed cannot be detected; "
             "`tokembed prepare ... --overwrite` writes it anew with one",
             file=sys.stderr,
         )
-    return 0
+    return 0 if report.ok else 1  # the same exit status with --json: 1 when damaged
 
 
 def run_mixture_stats(args: argparse.Namespace) -> int:
@@ -286,6 +295,8 @@ def run_merge(args: argparse.Namespace) -> int:
     from tokembed.shards.prepare import merge_manifests
 
     manifest = merge_manifests(args.dir)
+    if args.quiet:
+        return 0
     sizes = ", ".join(
         f"{k}: {v['documents']:,} documents, {v['tokens']:,} tokens" for k, v in manifest["splits"].items()
     )
