@@ -15,6 +15,7 @@ import pytest
 
 from tokembed import GPTConfig
 from tokembed.cli import build_parser, main, options
+from tokembed.shards.config import PrepareConfig
 from tokembed.training.config import TrainConfig
 from tokembed.training.experiment import PositionsExperiment
 
@@ -136,7 +137,12 @@ def _states(text: str, default: object) -> bool:
 
 @pytest.mark.parametrize(
     "command, config, n",
-    [(("train",), TrainConfig, 8), (("train",), GPTConfig, 4), (("experiment", "positions"), PositionsExperiment, 8)],
+    [
+        (("train",), TrainConfig, 8),
+        (("train",), GPTConfig, 4),
+        (("experiment", "positions"), PositionsExperiment, 8),
+        (("prepare",), PrepareConfig, 4),
+    ],
 )
 def test_defaults_in_help_are_the_config_dataclass_defaults(command, config, n):
     parser = dict(ALL)[command]

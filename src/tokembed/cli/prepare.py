@@ -19,14 +19,22 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_prepare(sub: argparse._SubParsersAction) -> None:
+    from tokembed.shards.config import PrepareConfig  # torch-free: the defaults below are its
+    from tokembed.shards.formats import formats, registered_codecs
+
+    def default(name: str):
+        return options.default_of(PrepareConfig, name)
+
+    kinds = [f.title or f.name for f in formats(plugins=False)]
+    codecs = " or ".join(c.suffix for c in registered_codecs(plugins=False))
     p = sub.add_parser(
         "prepare",
-        help="tokenize text/markdown/JSON Lines (optionally .gz or .zst) and Parquet into token shards",
+        help=f"tokenize {', '.join(kinds[:-1])} and {kinds[-1]} files (optionally {codecs}) into token shards",
         description="Tokenize a corpus into a shard folder: parallel, streaming, crash-safe (rerun the same command to resume).",
         parents=[
             options.out("the shard folder to create or resume", metavar="DIR"),
             options.overwrite("a shard folder made from other inputs or options"),
-            options.tokenizer("the tokenizer to encode with"),
+            options.tokenizer("the tokenizer to encode with", default=default("tokenizer")),
             options.quiet(),
             options.storage(),
         ],
@@ -35,30 +43,60 @@ def _add_prepare(sub: argparse._SubParsersAction) -> None:
         "inputs", nargs="+", metavar="INPUT", help="files, folders (recursive), glob patterns, or - for standard input"
     )
     p.add_argument(
-        "--field", default="text", help="JSON Lines field or Parquet column holding the text (default: text)"
+        "--field",
+        default=default("field"),
+        help=f"JSON Lines field or Parquet column holding the text (default: {default('field')})",
     )
     p.add_argument(
         "--format",
-        choices=["auto", "text", "jsonl", "parquet"],
+        type=_input_format,
         default="auto",
-        help="for stdin and files without a known suffix",
+        metavar="FORMAT",
+        help=_FormatsHelp("how to read stdin and files without a known suffix"),
     )
     p.add_argument(
         "--val-fraction",
         type=float,
-        default=0.0,
-        help="fraction of documents for the val split (by a hash of the text)",
+        default=default("val_fraction"),
+        help=f"fraction of documents for the val split, by a hash of the text (default {default('val_fraction')})",
     )
     p.add_argument(
-        "--shard-mb", type=float, default=8.0, help="MB of input per shard/work unit (default: 8; bounds memory)"
+        "--shard-mb",
+        type=float,
+        default=default("shard_mb"),
+        help=f"MB of input per shard/work unit (default {default('shard_mb')}; bounds memory)",
     )
-    _tokenizer_args(p)
+    _tokenizer_args(p, backend=default("backend"))
     p.add_argument("--strict", action="store_true", help="fail on invalid UTF-8 instead of replacing it")
     p.add_argument(
         "--skip-bad-lines", action="store_true", help="skip (and count) JSON lines that are invalid or lack --field"
     )
     _add_engine_options(p)
     p.set_defaults(func=run_prepare)
+
+
+class _FormatsHelp(str):
+    """``--format``'s help: the registered formats, plugins included, listed only when help is printed (loading
+    plugins costs every ``tokembed`` call tens of milliseconds otherwise). argparse fills help with ``%``."""
+
+    def __mod__(self, params: object) -> str:
+        from tokembed.shards.formats import ENTRY_POINT_GROUP, formats
+
+        listed = ", ".join(f"{f.name} ({f.summary})" for f in formats())
+        return f"{self}: auto (by suffix, the default), {listed}; packages add more (entry point group {ENTRY_POINT_GROUP})"
+
+
+def _input_format(name: str) -> str:
+    """``--format``: "auto" or a registered input format (plugins included)."""
+    from tokembed.shards.sources import check_format_name
+
+    if name == "auto":
+        return name  # (also the default, which argparse passes through here: no plugins loaded for it)
+    try:
+        check_format_name(name)
+    except (ValueError, ImportError) as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return name
 
 
 def _add_engine_options(p: argparse.ArgumentParser) -> None:
@@ -131,16 +169,18 @@ def _register_stats(sub: argparse._SubParsersAction) -> None:
     s.set_defaults(func=run_stats)
 
 
-def _tokenizer_args(p: argparse.ArgumentParser) -> None:
+def _tokenizer_args(p: argparse.ArgumentParser, *, backend: str) -> None:
     """The options of a tokenizer file, and who encodes (--tokenizer itself comes from `options.tokenizer`)."""
+    from tokembed.shards.config import BACKENDS
+
     p.add_argument("--pattern", help="split regex of a .tiktoken file, or the encoding whose pattern it uses")
     p.add_argument("--eot", help="end-of-text token of a tokenizer.json that has none of the usual ones")
     p.add_argument(
         "--tokenize-backend",
-        choices=["auto", "tiktoken", "gigatoken"],
-        default="auto",
-        help="auto: gigatoken when installed (pip install 'tokembed[fast]') and exact for the tokenizer; "
-        "the shards are identical either way",
+        choices=BACKENDS,
+        default=backend,
+        help=f"who encodes (default {backend}; auto: gigatoken when installed (pip install 'tokembed[fast]') and "
+        "exact for the tokenizer, else tiktoken); the shards are identical either way",
     )
 
 
