@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tokembed._paths import local_path
 from tokembed.inspection.table import EmbeddingTable
 from tokembed.model.checkpoint import CHECKPOINT_FORMAT
 
@@ -35,7 +36,7 @@ def load_table(source: str | Path, *, tokenizer="gpt2") -> EmbeddingTable:
         FileNotFoundError: nothing at ``source``.
         ValueError: ``source`` is none of the above.
     """
-    path = Path(source)
+    path = local_path(source, what="the table")
     if not path.exists():
         raise FileNotFoundError(
             f"{path} does not exist; pass a checkpoint directory, a .npy/.safetensors table or GPT-2 weights"

@@ -107,10 +107,11 @@ def write_report(
     from tqdm.auto import tqdm
 
     from tokembed._atomic import atomic_create, check_target
+    from tokembed._paths import local_path
     from tokembed._plot import new_figure
     from tokembed.inspection.report_sections import SECTIONS
 
-    out = Path(out)
+    out = local_path(out, what="the report")
     check_target(out, overwrite)  # fail before the slow part
     new_figure()  # fail before the slow part without matplotlib, naming the extra
     given = _report_input(source, config)

@@ -390,7 +390,7 @@ def read_checkpoint_file(path: Path, name: str, reader: Callable[[Path], Any]) -
 def read_checkpoint_config(path: str | os.PathLike) -> dict:
     """Read and check ``CKPT/config.json``; errors say what is wrong and what to do. (The files' checksums
     are verified by `load_checkpoint`, resume and ``inspect``: `verify_checkpoint`.)"""
-    path = Path(path)
+    path = local_path(path, what="the checkpoint")
     if not path.exists():
         raise FileNotFoundError(f"checkpoint {path} does not exist{interrupted_save_hint(path)}")
     if not path.is_dir():

@@ -10,6 +10,7 @@ import numpy as np
 
 from tokembed._atomic import is_temp_file
 from tokembed._lock import LOCK_NAME
+from tokembed._paths import local_path
 from tokembed.shards.format import INDEX_DTYPE, MANIFEST, ShardInfo, load_manifest, seal_problems, sha256_file
 from tokembed.shards.schema import MANIFEST_HASH, manifest_problems
 
@@ -152,7 +153,7 @@ def check_shards(root: str | os.PathLike) -> list[str]:
         of a manifest that carries its ``manifest_sha256`` (a manifest without one, from a tokembed before
         it existed, is checked against the schema only: see `manifest_sealed`).
     """
-    root = Path(root)
+    root = local_path(root, what="the shard folder")  # a URL is a usage error, not a damaged folder
     try:
         manifest = load_manifest(root)
     except (FileNotFoundError, NotADirectoryError, ValueError) as e:

@@ -185,6 +185,8 @@ def prepare_corpus(
     _check_run_options(engine=engine, workers=workers, rank=rank, world_size=world_size)
     out = local_path(out, what="--out")
     refuse_inside_checkpoint(out)
+    for given in [inputs] if isinstance(inputs, (str, os.PathLike)) else inputs:
+        local_path(given, what="the input")  # a URL: refused by name, not "not found"
     files, skipped = find_inputs(inputs, format=config.format)
     check_columns(files, config.field)  # a Parquet file without the text column fails before the folder is touched
     tok, dtype = tokenizer_entry(config)
@@ -374,7 +376,7 @@ def merge_manifests(root: str | os.PathLike) -> dict[str, Any]:
         FileNotFoundError: no rank manifests in ``root``.
         ValueError: ranks of different runs, a missing rank, or missing/damaged shard files.
     """
-    root = Path(root)
+    root = local_path(root, what="the shard folder")
     if (root / MANIFEST).is_file() and not any(root.glob("manifest.rank-*.json")):
         return json.loads((root / MANIFEST).read_text())
     paths = sorted(root.glob("manifest.rank-*-of-*.json"))
