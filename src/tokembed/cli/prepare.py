@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 from pathlib import Path
 
 
@@ -152,21 +153,25 @@ def run_prepare(args: argparse.Namespace) -> int:
         skip_bad_lines=args.skip_bad_lines,
     )
     try:
-        result = prepare_corpus(
-            args.inputs,
-            args.out,
-            config=config,
-            workers=args.workers,
-            engine=args.engine,
-            ray_address=args.ray_address,
-            rank=args.rank,
-            world_size=args.world_size,
-            overwrite=args.overwrite,
-            progress=False if args.quiet else None,
-        )
+        with warnings.catch_warnings(record=True) as caught:  # said once, plainly, even with --quiet
+            warnings.simplefilter("always", UserWarning)
+            result = prepare_corpus(
+                args.inputs,
+                args.out,
+                config=config,
+                workers=args.workers,
+                engine=args.engine,
+                ray_address=args.ray_address,
+                rank=args.rank,
+                world_size=args.world_size,
+                overwrite=args.overwrite,
+                progress=False if args.quiet else None,
+            )
     except ImportError as e:  # an optional extra that is not installed (Ray)
         print(f"tokembed prepare: error: {e}", file=sys.stderr)
         return 2
+    for w in caught:
+        print(f"tokembed prepare: warning: {w.message}", file=sys.stderr)
     if args.quiet:
         return 0
     print(result.summary(), file=sys.stderr)

@@ -223,6 +223,7 @@ def _prepare_locked(out, files, identity, config, dtype, engine, ray_address, pr
     remove_units_past(out, result.units, rank, world_size)
     if world_size == 1:
         result.manifest = _write_manifest(out, identity, run.records, result.units, [f.mtime_ns for f in files])
+        _warn_empty_splits(out, result.manifest, config)
     else:
         partial = {**identity, "rank": rank, "world_size": world_size, "units": result.units}
         partial["input_mtimes"] = [f.mtime_ns for f in files]
@@ -240,6 +241,33 @@ def _same_tokenizer(path: Path, part: dict[str, Any], first_path: Path, first: d
             f"{path.name} was tokenized with {a.describe()}, but {first_path.name} with {b.describe()}; "
             "prepare every rank with the same --tokenizer, then merge again"
         )
+
+
+def empty_split_warning(out: Path, manifest: dict[str, Any], val_fraction: float) -> str | None:
+    """What to say when a split that was asked for got no document (None when every one got some)."""
+    docs = {name: s["documents"] for name, s in manifest["splits"].items()}
+    total = sum(docs.values())
+    empty = [name for name in ("train", "val") if docs.get(name, 0) == 0 and (name == "train" or val_fraction > 0)]
+    if not empty:
+        return None
+    why = (
+        f"the split is chosen per document (by a hash of its text), and the inputs hold {total:,} document(s): a text "
+        "file is one document, a JSON Lines file one per line, a Parquet file one per row"
+    )
+    return (
+        f"split {empty[0]!r} of {out} is empty (0 of {total:,} documents with --val-fraction {val_fraction:g}): {why}; "
+        "give the text as more documents (a folder of files, or JSON Lines) or change --val-fraction, then prepare "
+        "again with --overwrite. Training has no validation loss without a val split, and nanoGPT cannot read an "
+        "empty one"
+    )
+
+
+def _warn_empty_splits(out: Path, manifest: dict[str, Any], config: PrepareConfig) -> None:
+    message = empty_split_warning(out, manifest, config.val_fraction)
+    if message is not None:
+        import warnings
+
+        warnings.warn(message, stacklevel=4)
 
 
 def _resolve_config(config: PrepareConfig | None, options: dict[str, Any]) -> PrepareConfig:
