@@ -57,7 +57,12 @@ def _add_prepare(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_engine_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--workers", type=int, default=0, help="tokenizing processes (default 0: all cores)")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=0,
+        help="tokenizing processes (default 0: one per CPU this process may use: its affinity and cgroup quota)",
+    )
     p.add_argument(
         "--engine",
         choices=["local", "ray"],

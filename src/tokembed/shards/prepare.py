@@ -41,6 +41,7 @@ import numpy as np
 
 from tokembed._atomic import atomic_write_json
 from tokembed._checks import check_int
+from tokembed._cpus import available_cpus, check_workers
 from tokembed._lock import folder_lock
 from tokembed._paths import local_path, refuse_inside_checkpoint
 from tokembed.shards.config import PrepareConfig
@@ -163,7 +164,8 @@ def prepare_corpus(
         out: the shard folder to create or resume.
         config: the output-deciding options (`PrepareConfig`); or pass them as keywords
             (``val_fraction=0.01, field="content", ...``).
-        workers: tokenizing processes; 0 = all cores (``os.cpu_count()``); 1 = in this process.
+        workers: tokenizing processes; 0 = one per CPU available to this process (its affinity mask and cgroup
+            quota: `tokembed._cpus.available_cpus`); 1 = in this process; at most 4 per available CPU.
         engine: ``"local"`` (a process pool) or ``"ray"`` (Ray tasks; same bytes).
         ray_address: Ray cluster address for ``engine="ray"`` (default: the running or a new local Ray).
         rank: this machine's rank in ``[0, world_size)``.
@@ -215,7 +217,7 @@ def _prepare_locked(out, files, identity, config, dtype, engine, ray_address, pr
         return _already_done(out, rank, world_size)
     remove_leftovers(out, rank, world_size)
     atomic_write_json(out / PARTS / "plan.json", identity)
-    eng = make_engine(engine, workers=opts["workers"] or os.cpu_count() or 1, config=config, ray_address=ray_address)
+    eng = make_engine(engine, workers=opts["workers"] or available_cpus(), config=config, ray_address=ray_address)
     run = _Run(out, config, dtype, eng, Progress.start(files, progress), rank=rank, world_size=world_size)
     run.tokenize(files, carry=engine == "ray")  # Ray workers may not see the files: the driver ships the bytes
     result = run.result
@@ -281,7 +283,9 @@ def _resolve_config(config: PrepareConfig | None, options: dict[str, Any]) -> Pr
 def _check_run_options(*, engine: str, workers: int, rank: int, world_size: int) -> None:
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
-    check_int("workers", workers, min=0, noun="an integer", hint="0 = all cores")
+    if engine == "local":
+        check_workers(workers)  # no more than this machine can run (Ray's workers are the cluster's)
+    check_int("workers", workers, min=0, noun="an integer", hint="0 = one per available CPU")
     check_int("world_size", world_size, min=1, noun="an integer")
     if not 0 <= check_int("rank", rank) < world_size:
         raise ValueError(f"rank must be in [0, {world_size}) for world_size {world_size}, got {rank!r}")
