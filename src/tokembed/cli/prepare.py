@@ -257,8 +257,11 @@ def run_stats(args: argparse.Namespace) -> int:
 def _stats_summary(st: dict) -> list[str]:
     """Per split: documents, tokens, shards, windows and batches per rank; the plan they assume."""
     n_bytes = sum(f.get("bytes") or 0 for f in st["inputs"])
+    what = f"{len(st['inputs'])} input files ({n_bytes:,} bytes)"
+    if st.get("format") == "megatron":
+        what = "a Megatron dataset (.bin/.idx)"
     lines = [
-        f"{st['root']}: {len(st['inputs'])} input files ({n_bytes:,} bytes), tokenizer {st['tokenizer']}, dtype {st['dtype']}",
+        f"{st['root']}: {what}, tokenizer {st['tokenizer'] or 'not recorded (read as GPT-2 ids)'}, dtype {st['dtype']}",
         f"{'split':<8}{'documents':>12}{'tokens':>15}{'shards':>8}{'windows':>13}{'batches/rank':>14}",
     ]
     for name, s in st["splits"].items():

@@ -7,6 +7,7 @@ from typing import Any
 
 from tokembed._checks import check_int, check_positive_int
 from tokembed.data.plan import plan
+from tokembed.shards import megatron
 from tokembed.shards.format import read_manifest
 
 __all__ = ["mixture_stats", "shard_stats"]
@@ -23,7 +24,8 @@ def shard_stats(
     """Counts of a shard folder, per split and per input file, and the window plan of each split.
 
     Args:
-        root: the shard folder.
+        root: the shard folder, or a Megatron prefix (one split, "train"; no inputs; its tokenizer is the one
+            tokembed's export recorded, else None).
         max_length, stride, batch_size, drop_last: the loader settings to plan for (``stride`` defaults to
             ``max_length``); ``max_length=None`` leaves the plan out.
 
@@ -32,9 +34,13 @@ def shard_stats(
         "tokens", "chars", "text_bytes", "tokens_per_char", "tokens_per_byte", ...}], "dtype", "tokenizer"}``.
         Token counts per input exclude the ``<|endoftext|>`` separators; split totals include them.
     """
-    manifest = read_manifest(root)
+    if megatron.is_megatron_prefix(root):
+        manifest = _megatron_manifest(root)
+    else:
+        manifest = read_manifest(root)
     out: dict[str, Any] = {
         "root": str(root),
+        "format": "megatron" if megatron.is_megatron_prefix(root) else "tokembed-shards",
         "tokenizer": manifest["tokenizer"].get("name"),
         "dtype": manifest["dtype"],
         "splits": {},
@@ -57,6 +63,15 @@ def shard_stats(
         row["tokens_per_byte"] = f["tokens"] / f["text_bytes"] if f.get("text_bytes") else None
         out["inputs"].append(row)
     return out
+
+
+def _megatron_manifest(prefix: str | os.PathLike) -> dict[str, Any]:
+    """A Megatron dataset's counts in a manifest's shape: one split ("train"), one shard, no inputs."""
+    from tokembed.shards.reader import open_megatron
+
+    ss = open_megatron(prefix)
+    split = {"documents": ss.n_documents, "tokens": ss.n_tokens, "shards": [s.to_dict() for s in ss.shards]}
+    return {"tokenizer": ss.manifest["tokenizer"], "dtype": ss.dtype.name, "splits": {"train": split}, "inputs": []}
 
 
 def mixture_stats(

@@ -180,7 +180,8 @@ def open_shards(
         root: the shard folder, or the prefix ``out/prefix`` of Megatron's ``out/prefix.bin`` +
             ``out/prefix.idx`` (read as split ``"train"``, see `tokembed.shards.megatron`).
         split: which split to open (``"train"`` or ``"val"``).
-        verify: also check every file's sha256 and the document index (reads the whole split once).
+        verify: also check every file's sha256 and the document index (reads the whole split once); for a
+            Megatron prefix, the ``.bin``'s sha256 that tokembed's export recorded, the ids and the documents' ends.
             Without it, only the presence and size of each file are checked (cheap).
         tokenizer: the tokenizer (name, path or object) the caller expects; another one is an error.
 
@@ -192,6 +193,9 @@ def open_shards(
     """
     root = local_path(root, what="the shard folder")
     if megatron.is_megatron_prefix(root):
+        problems = megatron.check_megatron(root) if verify else []
+        if problems:
+            raise ValueError(f"Megatron dataset {root} is damaged: {problems[0]}")
         ss = open_megatron(root, split=split)
         if tokenizer is not None and ss.manifest["tokenizer"]:  # a tokembed export records its tokenizer
             expect_tokenizer(Path(root), ss.tokenizer, tokenizer)
