@@ -22,7 +22,7 @@ MAX_WORKERS_PER_CPU = 4  # tokenizing is CPU-bound: beyond this, workers add mem
 
 def _cgroup_quota(root: Path) -> float | None:
     """The CPU quota of this process's cgroup in CPUs (``1.5`` for 150 ms per 100 ms), or None when unlimited."""
-    candidates = [(root / "cpu.max", None)]  # v2: "max 100000" or "150000 100000"
+    candidates: list[tuple[Path, Path | None]] = [(root / "cpu.max", None)]  # v2: "max 100000" or "150000 100000"
     candidates += [(root / d / "cpu.cfs_quota_us", root / d / "cpu.cfs_period_us") for d in ("cpu", "cpu,cpuacct")]
     for quota_file, period_file in candidates:
         try:

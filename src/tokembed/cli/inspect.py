@@ -23,7 +23,7 @@ def _table(args):
     from tokembed.inspection.counts import table_with_counts
     from tokembed.inspection.load import load_table
 
-    table = load_table(args.source, tokenizer=args.tokenizer)
+    table = load_table(args.source, tokenizer=args.tokenizer, allow_unverified=args.allow_unverified)
     return table_with_counts(table, corpus=getattr(args, "corpus", None), min_count=getattr(args, "min_count", None))
 
 
@@ -243,7 +243,14 @@ def _cmd_report(args) -> int:
         label_top=args.labels,
         tsne=False if args.no_tsne else None,
     )
-    out = write_report(args.source, args.output, config=config, overwrite=args.force, progress=_bars(args))
+    out = write_report(
+        args.source,
+        args.output,
+        config=config,
+        overwrite=args.force,
+        progress=_bars(args),
+        allow_unverified=args.allow_unverified,
+    )
     print(f"wrote {out}")
     return 0
 
@@ -317,6 +324,7 @@ def _cmd_export(args) -> int:
     return 0
 
 
+UNVERIFIED_HELP = "read a checkpoint that has no sha256.json (written before tokembed 0.2) without verifying it"
 COUNTS_HELP = (
     "token counts: by default those the table records (a checkpoint written by `tokembed train`, or its "
     "safetensors export); --corpus counts a text file, a folder of *.txt or a shard folder instead"
@@ -331,6 +339,7 @@ def _parents():
         help="tokenizer of tables that do not name one (.npy, GPT-2 weights): gpt2 (default), any `tokembed tokenizers` lists, a tokenizer file, or none (ids only)",
     )
     common.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    common.add_argument("--allow-unverified", action="store_true", help=UNVERIFIED_HELP)
     common.add_argument("--corpus", help="count tokens in this text / folder / shard folder instead. " + COUNTS_HELP)
     common.add_argument(
         "--min-count",
@@ -451,6 +460,7 @@ def _register_report(subparsers) -> None:
     r.add_argument("--labels", type=int, default=40, help="tokens labelled in the projections")
     r.add_argument("--no-tsne", action="store_true", help="skip the t-SNE map (drawn when scikit-learn is installed)")
     r.add_argument("--tokenizer", default="gpt2", help=argparse.SUPPRESS)
+    r.add_argument("--allow-unverified", action="store_true", help=UNVERIFIED_HELP)
     r.add_argument("--force", action="store_true", help="replace an existing file")
     r.set_defaults(func=_cmd_report)
 
@@ -493,6 +503,7 @@ def _register_export(subparsers) -> None:
         help="the shard split(s) to export: megatron default train (all: OUT_train and OUT_val), "
         "nanogpt default all (train.bin and val.bin)",
     )
+    e.add_argument("--allow-unverified", action="store_true", help=UNVERIFIED_HELP)
     e.add_argument("--force", action="store_true", help="replace existing files")
     e.set_defaults(func=_cmd_export)
 

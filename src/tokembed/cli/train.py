@@ -13,6 +13,8 @@ from tokembed.embeddings.names import (
     ROPE_SCALINGS,
 )  # torch-free: building the parser never imports torch
 
+UNVERIFIED_HELP = "read a checkpoint that has no sha256.json (written before tokembed 0.2) without verifying it"
+
 
 def _lengths(text: str) -> list[int]:
     try:
@@ -57,6 +59,7 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
         "--out", required=True, type=Path, help="checkpoint directory (written atomically; --resume continues it)"
     )
     p.add_argument("--resume", action="store_true", help="continue the checkpoint in --out exactly where it stopped")
+    p.add_argument("--allow-unverified", action="store_true", help="with --resume: " + UNVERIFIED_HELP)
     p.add_argument(
         "--tokenizer",
         help="tokenizer of a text file (default gpt2; `tokembed tokenizers` lists them); a shard folder uses its manifest's",
@@ -164,6 +167,7 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
     )
     e.add_argument("--stride", type=int, help="the sliding window's stride (with --sliding)")
     e.add_argument("--no-progress", action="store_true", help="no progress bar")
+    e.add_argument("--allow-unverified", action="store_true", help=UNVERIFIED_HELP)
     e.set_defaults(func=run_eval)
 
 
@@ -291,7 +295,14 @@ def run_train(args: argparse.Namespace) -> int:
             eot_token=tok.eot_token,
             **model_args,
         )
-    result = train(config, model_config, resume=args.resume, progress=_show_progress(args), device=_device_config(args))
+    result = train(
+        config,
+        model_config,
+        resume=args.resume,
+        progress=_show_progress(args),
+        device=_device_config(args),
+        allow_unverified=args.allow_unverified,
+    )
     if result.is_main:  # under torchrun: one summary line, from rank 0
         val = f", validation loss {result.val_loss:.4f}" if result.val_loss is not None else ""
         print(f"step {result.step}: train loss {result.train_loss:.4f}{val}; checkpoint {result.checkpoint}")
@@ -314,7 +325,7 @@ def run_eval(args: argparse.Namespace) -> int:
     from tokembed.model.checkpoint import load_checkpoint
     from tokembed.training.evaluation import evaluate
 
-    model, config = load_checkpoint(args.checkpoint)
+    model, config = load_checkpoint(args.checkpoint, allow_unverified=args.allow_unverified)
     lengths = args.lengths
     if lengths is None:
         base = int(config.get("train", {}).get("max_length") or model.config.context_length)

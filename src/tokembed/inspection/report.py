@@ -85,7 +85,13 @@ figcaption{font-size:.85rem;color:#555}.grid{display:flex;flex-wrap:wrap;gap:1re
 
 
 def write_report(
-    source, out: str | Path, *, config: ReportConfig = ReportConfig(), overwrite: bool = False, progress: bool = False
+    source,
+    out: str | Path,
+    *,
+    config: ReportConfig = ReportConfig(),
+    overwrite: bool = False,
+    progress: bool = False,
+    allow_unverified: bool = False,
 ) -> Path:
     """Write the HTML report about ``source`` to ``out``.
 
@@ -95,6 +101,7 @@ def write_report(
         config: what to include.
         overwrite: replace an existing file.
         progress: progress bars (corpus counting, then one step per section).
+        allow_unverified: report on a checkpoint that has no sha256.json (written before tokembed 0.2).
 
     Returns:
         ``out``.
@@ -114,7 +121,7 @@ def write_report(
     out = local_path(out, what="the report")
     check_target(out, overwrite)  # fail before the slow part
     new_figure()  # fail before the slow part without matplotlib, naming the extra
-    given = _report_input(source, config)
+    given = _report_input(source, config, allow_unverified=allow_unverified)
     title = f"tokembed report: {given.table.source or 'embedding table'}"
     page = (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
@@ -132,8 +139,8 @@ def write_report(
     return out
 
 
-def _report_input(source, config: ReportConfig) -> ReportInput:
-    table = source if isinstance(source, EmbeddingTable) else load_table(source)
+def _report_input(source, config: ReportConfig, *, allow_unverified: bool = False) -> ReportInput:
+    table = source if isinstance(source, EmbeddingTable) else load_table(source, allow_unverified=allow_unverified)
     table = table_with_counts(table, corpus=config.corpus, min_count=config.min_count)
     ckpt = None
     if not isinstance(source, EmbeddingTable) and Path(source).is_dir() and is_tokembed_checkpoint(Path(source)):

@@ -552,8 +552,10 @@ class EmbeddingTable:
         )
 
     @classmethod
-    def from_checkpoint(cls, path: str | Path) -> EmbeddingTable:
-        """The tables of a ``tokembed train`` checkpoint directory (``config.json`` + ``model.safetensors``).
+    def from_checkpoint(cls, path: str | Path, *, allow_unverified: bool = False) -> EmbeddingTable:
+        """The tables of a ``tokembed train`` checkpoint directory (``config.json`` + ``model.safetensors``),
+        verified first (`tokembed.model.checkpoint.verify_checkpoint`: ``allow_unverified`` for a checkpoint
+        written before tokembed 0.2, without sha256.json).
 
         Sinusoidal positions are recomputed (they are not stored); other schemes (RoPE, ALiBi, ...)
         have no position vectors.
@@ -562,6 +564,7 @@ class EmbeddingTable:
 
         path = Path(path)
         config = read_checkpoint_config(path)
+        verify_checkpoint(path, allow_unverified=allow_unverified)  # first: a damaged file is the one named
         model = config.get("model", {})
         weights = path / "model.safetensors"
         if not weights.is_file():
@@ -581,7 +584,6 @@ class EmbeddingTable:
                 positions = f.get_tensor("embed.position.weight") if "embed.position.weight" in keys else None
         except SafetensorError as e:
             raise ValueError(f"{weights} is not a readable safetensors file ({e})") from e
-        verify_checkpoint(path)  # the tables read are exactly the ones saved
         positional = str(model.get("positional", "learned" if positions is not None else "none"))
         vocab_size, dim = model.get("vocab_size"), model.get("dim")
         if (vocab_size is not None and tokens.shape[0] != vocab_size) or (dim is not None and tokens.shape[1] != dim):
