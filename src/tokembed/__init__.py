@@ -25,6 +25,8 @@ _PUBLIC = {
     "PrepareResult": "shards.prepare",
     "merge_manifests": "shards.prepare",
     "prepare_corpus": "shards.prepare",
+    "InputFormat": "shards.formats",
+    "register_format": "shards.formats",
     "ShardInfo": "shards.format",
     "ShardSet": "shards.reader",
     "check_shards": "shards.check",
@@ -49,6 +51,9 @@ _PUBLIC = {
     "ALiBi": "embeddings",
     "T5RelativeBias": "embeddings",
     "ShawRelativePositions": "embeddings",
+    "PositionalScheme": "embeddings.scheme",
+    "register_scheme": "embeddings.names",
+    "scheme_names": "embeddings.names",
     # embeddings -> model
     "GPT": "model.gpt",
     "GPTConfig": "model.config",

@@ -172,11 +172,8 @@ def _model_config(saved: dict | None, given: GPTConfig | None, config: TrainConf
     if saved is not None:
         ckpt_model = GPTConfig.from_dict(saved["model"])
         if given is not None and given != ckpt_model:
-            diff = [
-                f"{k}: {v!r} -> {getattr(given, k)!r}"
-                for k, v in ckpt_model.to_dict().items()
-                if getattr(given, k) != v
-            ]
+            new = given.to_dict()  # compared as dicts: the scheme's options too
+            diff = [f"{k}: {v!r} -> {new[k]!r}" for k, v in ckpt_model.to_dict().items() if new[k] != v]
             raise ValueError(
                 f"the checkpoint in {out} has another model ({'; '.join(diff)}); omit the model options when resuming"
             )
