@@ -57,6 +57,12 @@ def _add_prepare(sub: argparse._SubParsersAction) -> None:
     )
     _add_engine_options(p)
     p.add_argument("--overwrite", action="store_true", help="replace a shard folder made from other inputs or options")
+    p.add_argument(
+        "--repair",
+        action="store_true",
+        help="check every shard of a finished folder (sha256) and make the damaged units again, byte-identical "
+        "(a plain rerun checks sizes only)",
+    )
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar and no summary")
     p.set_defaults(func=run_prepare)
 
@@ -199,6 +205,7 @@ def run_prepare(args: argparse.Namespace) -> int:
                 rank=args.rank,
                 world_size=args.world_size,
                 overwrite=args.overwrite,
+                repair=args.repair,
                 progress=False if args.quiet else None,
             )
     except ImportError as e:  # an optional extra that is not installed (Ray)
