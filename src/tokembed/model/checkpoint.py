@@ -47,7 +47,15 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from tokembed._atomic import MARKER, fsync_dir, read_marker, remove_marked, remove_unmarked_start, write_marker
+from tokembed._atomic import (
+    MARKER,
+    fsync_dir,
+    read_marker,
+    remove_marked,
+    remove_unmarked_start,
+    write_failure,
+    write_marker,
+)
 from tokembed._checks import check_positive_int
 from tokembed._paths import CHECKPOINT_FORMAT, local_path
 from tokembed._plot import write_loss_png
@@ -169,9 +177,12 @@ def save_checkpoint(
         sums = {n: _sha256(tmp / n) for n in sorted(own) if n != CHECKSUMS and (tmp / n).is_file()}
         _write_json(tmp / CHECKSUMS, _checksum_document(sums))  # last: it vouches for every file before it
         fsync_dir(tmp)
-    except BaseException:
+    except BaseException as e:
+        full = write_failure(e, path, what=f"the checkpoint {path} is the previous one, intact")  # before cleaning
         with contextlib.suppress(OSError):
             remove_marked(tmp, own)
+        if full is not None:  # a full disk: torch says "PytorchStreamWriter failed writing file", safetensors less
+            raise full from None
         raise
     _swap_in(tmp, path, keep=keep)
     return path
