@@ -168,7 +168,9 @@ def atomic_create(path: str | os.PathLike, mode: str = "w", *, overwrite: bool =
 def write_marker(folder: Path, *, name: str | None = None, **record: Any) -> None:
     """Mark ``folder`` as made by tokembed: ``MARKER`` holds ``record`` and the folder's own name (or ``name``, the
     one it is about to be renamed to: until then the marker is inert)."""
-    atomic_write_json(folder / MARKER, {**record, "format": _MARKER_FORMAT, "folder": name or folder.name})
+    record = {**record, "format": _MARKER_FORMAT, "folder": name or folder.name}
+    # ASCII: a folder name that is not UTF-8 (os.fsdecode's surrogates) is kept as JSON escapes, read back the same
+    atomic_write(folder / MARKER, (json.dumps(record, indent=1, sort_keys=True) + "\n").encode())
 
 
 def read_marker(folder: Path) -> dict[str, Any] | None:

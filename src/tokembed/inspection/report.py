@@ -114,11 +114,11 @@ def write_report(
     from tqdm.auto import tqdm
 
     from tokembed._atomic import atomic_create, check_target
-    from tokembed._paths import local_path
+    from tokembed._paths import output_path
     from tokembed._plot import new_figure
     from tokembed.inspection.report_sections import SECTIONS
 
-    out = local_path(out, what="the report")
+    out = output_path(out, what="the report")
     check_target(out, overwrite)  # fail before the slow part
     new_figure()  # fail before the slow part without matplotlib, naming the extra
     given = _report_input(source, config, allow_unverified=allow_unverified)
@@ -134,8 +134,8 @@ def write_report(
         )
         + "</body></html>\n"
     )
-    with atomic_create(out, overwrite=overwrite) as f:
-        f.write(page)
+    with atomic_create(out, "wb", overwrite=overwrite) as f:
+        f.write(page.encode("utf-8", "backslashreplace"))  # a run folder's name that is not UTF-8: escaped
     return out
 
 

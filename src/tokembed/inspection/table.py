@@ -579,10 +579,12 @@ class EmbeddingTable:
             raise FileNotFoundError(
                 f"{path} has config.json but no model.safetensors; the checkpoint is incomplete (was training interrupted while saving?)"
             )
-        from safetensors import SafetensorError, safe_open
+        from safetensors import SafetensorError
+
+        from tokembed.model.checkpoint import open_safetensors
 
         try:
-            with safe_open(str(weights), framework="pt") as f:
+            with open_safetensors(weights) as f:
                 keys = set(f.keys())
                 if "embed.token.weight" not in keys:
                     raise ValueError(
@@ -609,6 +611,7 @@ class EmbeddingTable:
             )
         elif _vectors(positional) is None:
             positions = None
+        from tokembed._paths import shown
         from tokembed.training.counts import read_token_counts
 
         counts = read_token_counts(path)
@@ -617,7 +620,7 @@ class EmbeddingTable:
             _checkpoint_tokenizer(config),
             positions=positions,
             positional=positional,
-            source=str(path),
+            source=shown(path),  # a label: printable and drawable for any folder name
             counts=counts,
             counts_source="" if counts is None else f"recorded by train: input ids of {config.get('step', 0):,} steps",
         )

@@ -483,6 +483,49 @@ def _explain(path: Path) -> None:
 _DAMAGED_HINT = "restore the checkpoint from a copy, or train again into a new --out"
 
 
+def _utf8(path: Path) -> bool:
+    try:
+        os.fsencode(path).decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def read_safetensors(path: Path, *, device: str = "cpu") -> dict[str, torch.Tensor]:
+    """A safetensors file's tensors. safetensors takes a path only as UTF-8 text: a checkpoint in a folder whose
+    name is not UTF-8 (bytes ``os.fsdecode`` keeps as surrogates) is read through its bytes instead."""
+    if _utf8(path):
+        return load_file(str(path), device=device)
+    from safetensors.torch import load
+
+    return {k: v.to(device) for k, v in load(Path(path).read_bytes()).items()}
+
+
+@contextlib.contextmanager
+def open_safetensors(path: Path):
+    """``safetensors.safe_open(path)`` (tensors read on demand), for a path that is not UTF-8 too (all read)."""
+    from safetensors import safe_open
+
+    if _utf8(path):
+        with safe_open(str(path), framework="pt") as f:
+            yield f
+    else:
+        yield _Tensors(read_safetensors(path))
+
+
+class _Tensors:
+    """What `open_safetensors` yields for a path safetensors cannot open: the tensors, read already."""
+
+    def __init__(self, tensors: dict[str, torch.Tensor]) -> None:
+        self.tensors = tensors
+
+    def keys(self) -> list[str]:
+        return list(self.tensors)
+
+    def get_tensor(self, key: str) -> torch.Tensor:
+        return self.tensors[key]
+
+
 def read_checkpoint_file(path: Path, name: str, reader: Callable[[Path], Any]) -> Any:
     """``reader(path / name)``, with any failure to parse the file reported as one ValueError naming it
     (instead of a SafetensorError, a pickle or JSON error from deep inside)."""
@@ -553,7 +596,7 @@ def load_checkpoint(
     verify_checkpoint(path, allow_unverified=allow_unverified)
     if not (path / "model.safetensors").exists():
         raise FileNotFoundError(f"checkpoint {path} has no model.safetensors; the checkpoint is incomplete")
-    state = read_checkpoint_file(path, "model.safetensors", lambda p: load_file(str(p), device=str(map_location)))
+    state = read_checkpoint_file(path, "model.safetensors", lambda p: read_safetensors(p, device=str(map_location)))
     try:
         model = GPT(GPTConfig.from_dict(config["model"]))
         missing, unexpected = model.load_state_dict(state, strict=False)
