@@ -147,7 +147,7 @@ def _input_notes(inputs: list[dict[str, Any]]) -> list[str]:
     labels = {
         "empty": "empty documents skipped",
         "bad_lines": "bad JSON lines skipped",
-        "replaced": "warning: {n} invalid UTF-8 sequences replaced by U+FFFD",
+        "replaced": "warning: {n} invalid UTF-8 sequences or lone surrogates replaced by U+FFFD",
     }
     lines = []
     for key, label in labels.items():
