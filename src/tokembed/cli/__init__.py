@@ -18,6 +18,7 @@ library at top level and import the library inside ``func``: ``tokembed --versio
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import sys
@@ -50,6 +51,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    for stream in (sys.stdout, sys.stderr):  # a path that is not UTF-8 is printed escaped, not an encoding error
+        reconfigure = getattr(stream, "reconfigure", None)  # (a replaced stream may not have it)
+        if reconfigure is not None:
+            with contextlib.suppress(ValueError):
+                reconfigure(errors="backslashreplace")
     try:
         parser = build_parser()  # loads the plugins (TOKEMBED_PLUGINS, entry points) that add schemes and options
     except ImportError as e:

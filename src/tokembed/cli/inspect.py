@@ -25,7 +25,7 @@ def _table(args):
     from tokembed.inspection.counts import table_with_counts
     from tokembed.inspection.load import load_table
 
-    table = load_table(args.source, tokenizer=args.tokenizer)
+    table = load_table(args.source, tokenizer=args.tokenizer, allow_unverified=args.allow_unverified)
     return table_with_counts(table, corpus=getattr(args, "corpus", None), min_count=getattr(args, "min_count", None))
 
 
@@ -229,7 +229,9 @@ def _cmd_report(args) -> int:
         label_top=args.labels,
         tsne=False if args.no_tsne else None,
     )
-    out = write_report(args.source, args.out, config=config, overwrite=args.overwrite, progress=_bars(args))
+    out = write_report(args.source, args.out, config=config, overwrite=args.overwrite, progress=_bars(args),
+        allow_unverified=args.allow_unverified,
+    )
     print(f"wrote {out}")
     return 0
 
@@ -311,6 +313,7 @@ def _parents():
             options.json_output("print JSON instead of a table"),
             options.counts(),
             options.quiet(),
+            options.unverified(),
         ],
     )
     wordopts = argparse.ArgumentParser(add_help=False)
@@ -427,6 +430,7 @@ def _register_report(subparsers) -> None:
             options.counts(),
             options.top("neighbours listed per word", default=8, old=["--topn"]),
             options.quiet(),
+            options.unverified(),
         ],
     )
     r.add_argument("source", metavar="SOURCE", help="checkpoint directory, .npy/.safetensors table, or GPT-2 weights")
@@ -461,6 +465,7 @@ def _register_export(subparsers) -> None:
                 default=None,
             ),
             options.storage(),
+            options.unverified(),
         ],
     )
     e.add_argument(

@@ -179,6 +179,16 @@ def quiet(*, old: Sequence[str] = ()):
     return p
 
 
+UNVERIFIED_HELP = "read a checkpoint that has no sha256.json (written before tokembed 0.2) without verifying it"
+
+
+def unverified(what: str = UNVERIFIED_HELP):
+    """``--allow-unverified``: read a checkpoint written before checksums (``sha256.json``) without verifying it."""
+    p = _parent()
+    p.add_argument("--allow-unverified", action="store_true", help=what)
+    return p
+
+
 def json_output(what: str = "print JSON on stdout instead of text"):
     """``--json``: the answer as JSON on stdout."""
     p = _parent()

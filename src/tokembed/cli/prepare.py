@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 from pathlib import Path
 
 from tokembed.cli import options
@@ -72,6 +73,12 @@ def _add_prepare(sub: argparse._SubParsersAction) -> None:
         "--skip-bad-lines", action="store_true", help="skip (and count) JSON lines that are invalid or lack --field"
     )
     _add_engine_options(p)
+    p.add_argument(
+        "--repair",
+        action="store_true",
+        help="check every shard of a finished folder (sha256) and make the damaged units again, byte-identical "
+        "(a plain rerun checks sizes only)",
+    )
     p.set_defaults(func=run_prepare)
 
 
@@ -100,7 +107,12 @@ def _input_format(name: str) -> str:
 
 
 def _add_engine_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--workers", type=int, default=0, help="tokenizing processes (default 0: all cores)")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=0,
+        help="tokenizing processes (default 0: one per CPU this process may use: its affinity and cgroup quota)",
+    )
     p.add_argument(
         "--engine",
         choices=["local", "ray"],
@@ -208,21 +220,26 @@ def run_prepare(args: argparse.Namespace) -> int:
         skip_bad_lines=args.skip_bad_lines,
     )
     try:
-        result = prepare_corpus(
-            args.inputs,
-            args.out,
-            config=config,
-            workers=args.workers,
-            engine=args.engine,
-            ray_address=args.ray_address,
-            rank=args.rank,
-            world_size=args.world_size,
-            overwrite=args.overwrite,
-            progress=False if args.quiet else None,
-        )
+        with warnings.catch_warnings(record=True) as caught:  # said once, plainly, even with --quiet
+            warnings.simplefilter("always", UserWarning)
+            result = prepare_corpus(
+                args.inputs,
+                args.out,
+                config=config,
+                workers=args.workers,
+                engine=args.engine,
+                ray_address=args.ray_address,
+                rank=args.rank,
+                world_size=args.world_size,
+                overwrite=args.overwrite,
+                repair=args.repair,
+                progress=False if args.quiet else None,
+            )
     except ImportError as e:  # an optional extra that is not installed (Ray)
         print(f"tokembed prepare: error: {e}", file=sys.stderr)
         return 2
+    for w in caught:
+        print(f"tokembed prepare: warning: {w.message}", file=sys.stderr)
     if args.quiet:
         return 0
     print(result.summary(), file=sys.stderr)
@@ -305,8 +322,11 @@ def run_stats(args: argparse.Namespace) -> int:
 def _stats_summary(st: dict) -> list[str]:
     """Per split: documents, tokens, shards, windows and batches per rank; the plan they assume."""
     n_bytes = sum(f.get("bytes") or 0 for f in st["inputs"])
+    what = f"{len(st['inputs'])} input files ({n_bytes:,} bytes)"
+    if st.get("format") == "megatron":
+        what = "a Megatron dataset (.bin/.idx)"
     lines = [
-        f"{st['root']}: {len(st['inputs'])} input files ({n_bytes:,} bytes), tokenizer {st['tokenizer']}, dtype {st['dtype']}",
+        f"{st['root']}: {what}, tokenizer {st['tokenizer'] or 'not recorded (read as GPT-2 ids)'}, dtype {st['dtype']}",
         f"{'split':<8}{'documents':>12}{'tokens':>15}{'shards':>8}{'windows':>13}{'batches/rank':>14}",
     ]
     for name, s in st["splits"].items():

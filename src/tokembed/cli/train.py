@@ -14,6 +14,7 @@ from tokembed.cli import options
 from tokembed.embeddings.names import ROPE_SCALINGS, positional_scheme, scheme_names
 
 
+
 def _lengths(text: str) -> list[int]:
     try:
         values = [int(x) for x in text.split(",") if x.strip()]
@@ -45,6 +46,7 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
                 "the tokenizer of a text file (a shard folder uses its manifest's)", default=None, default_help="gpt2"
             ),
             options.quiet(old=["--no-progress"]),
+            options.unverified("with --resume: " + options.UNVERIFIED_HELP),
             options.storage(),
         ],
     )
@@ -218,6 +220,7 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
             options.json_output("print JSON instead of a table"),
             options.device(),
             options.quiet(old=["--no-progress"]),
+            options.unverified(),
             options.storage(),
         ],
     )
@@ -365,7 +368,14 @@ def run_train(args: argparse.Namespace) -> int:
             eot_token=tok.eot_token,
             **model_args,
         )
-    result = train(config, model_config, resume=args.resume, progress=_show_progress(args), device=_device_config(args))
+    result = train(
+        config,
+        model_config,
+        resume=args.resume,
+        progress=_show_progress(args),
+        device=_device_config(args),
+        allow_unverified=args.allow_unverified,
+    )
     if result.is_main:  # under torchrun: one summary line, from rank 0
         val = f", validation loss {result.val_loss:.4f}" if result.val_loss is not None else ""
         print(f"step {result.step}: train loss {result.train_loss:.4f}{val}; checkpoint {result.checkpoint}")
@@ -388,7 +398,7 @@ def run_eval(args: argparse.Namespace) -> int:
     from tokembed.model.checkpoint import load_checkpoint
     from tokembed.training.evaluation import evaluate
 
-    model, config = load_checkpoint(args.checkpoint)
+    model, config = load_checkpoint(args.checkpoint, allow_unverified=args.allow_unverified)
     lengths = args.lengths
     if lengths is None:
         base = int(config.get("train", {}).get("max_length") or model.config.context_length)

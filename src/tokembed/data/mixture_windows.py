@@ -80,6 +80,10 @@ class MixtureWindows(SlidingWindowDataset):
         self._fingerprint = None
         self._perms: dict[tuple[int, int, int], FeistelPermutation] = {}  # (source, epoch, seed)
 
+    def check_unchanged(self) -> None:
+        for source in self.sources:
+            source.check_unchanged()
+
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         state["_perms"] = {}

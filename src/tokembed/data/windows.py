@@ -405,6 +405,12 @@ class SlidingWindowDataset(Dataset):
         d = np.searchsorted(self._doc_first, k, side="right") - 1  # the document of each window
         return self._doc_start[d] + (k - self._doc_first[d]) * self.stride
 
+    def check_unchanged(self) -> None:
+        """Raise `tokembed.shards.reader.ShardsChangedError` when the shards were prepared again since they were
+        opened (the loader asks at every epoch: maps made before stay on the files they opened)."""
+        if self._shards is not None:
+            self._shards.check_unchanged()
+
     def _views(self) -> dict[int, np.ndarray]:
         """This process's row views, one per segment, made on first use (so each worker opens its own maps)."""
         pid, views = self.__dict__.get("_row_views", (None, None))

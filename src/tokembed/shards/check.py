@@ -9,8 +9,10 @@ from typing import Any
 
 import numpy as np
 
-from tokembed._atomic import is_temp_file
+from tokembed._atomic import interrupted_commit, is_temp_file
 from tokembed._lock import LOCK_NAME
+from tokembed._paths import local_path
+from tokembed.shards import megatron
 from tokembed.shards.format import INDEX_DTYPE, MANIFEST, ShardInfo, load_manifest, seal_problems, sha256_file
 from tokembed.shards.schema import MANIFEST_HASH, manifest_problems
 
@@ -145,7 +147,7 @@ class _Boundaries:
 
 def check_shards(root: str | os.PathLike) -> list[str]:
     """Verify a shard folder: the manifest (schema and seal), counts, sizes, checksums, document boundaries,
-    and that the folder holds nothing else.
+    and that the folder holds nothing else. A Megatron prefix: `tokembed.shards.megatron.check_megatron`.
 
     Returns:
         One line per problem, naming the damaged, missing or stray file; empty when the folder is healthy.
@@ -153,7 +155,12 @@ def check_shards(root: str | os.PathLike) -> list[str]:
         of a manifest that carries its ``manifest_sha256`` (a manifest without one, from a tokembed before
         it existed, is checked against the schema only: see `manifest_sealed`).
     """
-    root = Path(root)
+    root = local_path(root, what="the shard folder")  # a URL is a usage error, not a damaged folder
+    if megatron.is_megatron_prefix(root):
+        return megatron.check_megatron(root)
+    stage = interrupted_commit(root.parent, root.name)
+    if stage is not None and not root.is_dir():
+        return [f"an export to {root} was interrupted ({stage} holds its finished files); run the export again"]
     try:
         manifest = load_manifest(root)
     except (FileNotFoundError, NotADirectoryError, ValueError) as e:
@@ -171,8 +178,9 @@ def check_shards(root: str | os.PathLike) -> list[str]:
 
 
 def manifest_sealed(root: str | os.PathLike) -> bool:
-    """Whether the folder's manifest carries its ``manifest_sha256`` (manifests written before it do not)."""
-    return MANIFEST_HASH in load_manifest(Path(root))
+    """Whether the folder's manifest carries its ``manifest_sha256`` (manifests written before it do not;
+    a Megatron dataset has no manifest: its export's record holds the ``.bin``'s sha256)."""
+    return megatron.is_megatron_prefix(root) or MANIFEST_HASH in load_manifest(Path(root))
 
 
 @dataclass(frozen=True)

@@ -171,6 +171,10 @@ def evaluate(
     """
     from tokembed.model.checkpoint import load_checkpoint
 
+    check_positive_int("batch_size (--batch-size)", batch_size)
+    for name, value in (("max_windows (--max-windows)", max_windows), ("max_tokens (--max-tokens)", max_tokens)):
+        if value is not None:  # 0 scores nothing: the question, not the data, is wrong
+            check_positive_int(name, value, hint="leave it out to score every window")
     model, config = load_checkpoint(checkpoint) if not isinstance(checkpoint, tuple) else checkpoint
     _check_evaluate_args(model, lengths, rope_scaling, evaluation, stride)
     if device is not None:
