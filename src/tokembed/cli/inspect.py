@@ -229,7 +229,12 @@ def _cmd_report(args) -> int:
         label_top=args.labels,
         tsne=False if args.no_tsne else None,
     )
-    out = write_report(args.source, args.out, config=config, overwrite=args.overwrite, progress=_bars(args),
+    out = write_report(
+        args.source,
+        args.out,
+        config=config,
+        overwrite=args.overwrite,
+        progress=_bars(args),
         allow_unverified=args.allow_unverified,
     )
     print(f"wrote {out}")

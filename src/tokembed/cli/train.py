@@ -14,7 +14,6 @@ from tokembed.cli import options
 from tokembed.embeddings.names import ROPE_SCALINGS, positional_scheme, scheme_names
 
 
-
 def _lengths(text: str) -> list[int]:
     try:
         values = [int(x) for x in text.split(",") if x.strip()]
