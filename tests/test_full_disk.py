@@ -70,7 +70,7 @@ def test_export_on_a_full_disk_names_the_export_and_leaves_nothing(big_text, tmp
     proc = on_small_disk(
         disk,
         "128k",
-        f'$TOKEMBED export {shards} --format megatron {disk}/corpus && exit 0 || rc=$?\nls -A {disk} >&2\nexit "$rc"',
+        f'$TOKEMBED export {shards} --format megatron --out {disk}/corpus && exit 0 || rc=$?\nls -A {disk} >&2\nexit "$rc"',
     )
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()

@@ -124,7 +124,7 @@ class Parser(argparse.ArgumentParser):
         namespace, extras = super().parse_known_args(args, namespace)
         for action in self._actions:
             waiting = isinstance(action, OldPositional) and getattr(namespace, action.dest, None) is None
-            if waiting and extras and not extras[0].startswith("-"):
+            if waiting and extras and (extras[0] == "-" or not extras[0].startswith("-")):  # "-": stdout
                 action(self, namespace, extras.pop(0))
         return namespace, extras
 

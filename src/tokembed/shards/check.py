@@ -191,7 +191,8 @@ class CheckReport:
         folder: the folder checked, as given.
         problems: one line per damaged, missing or stray file (`check_shards`); empty when the folder is healthy.
         splits: per split, ``{"documents", "tokens", "shards"}`` from the verified manifest (empty when damaged).
-        sealed: whether the manifest carries its ``manifest_sha256`` (`manifest_sealed`); None when damaged.
+        sealed: whether the manifest carries its ``manifest_sha256`` (`manifest_sealed`); None when damaged, and
+            for a Megatron prefix (which has no manifest).
     """
 
     folder: str
@@ -219,6 +220,10 @@ def check_report(root: str | os.PathLike) -> CheckReport:
     problems = check_shards(root)
     if problems:
         return CheckReport(str(root), problems, {}, None)
+    if megatron.is_megatron_prefix(root):  # one split of one shard, and no manifest to be sealed
+        index = megatron.read_megatron_index(root)
+        train = {"documents": len(index.doc_starts()), "tokens": int(index.lengths.sum()), "shards": 1}
+        return CheckReport(str(root), [], {"train": train}, None)
     manifest = load_manifest(Path(root))
     splits = {
         name: {"documents": s["documents"], "tokens": s["tokens"], "shards": len(s["shards"])}
