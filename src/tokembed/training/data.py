@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from tokembed._paths import local_path
 from tokembed.tokenizer.base import TokenizerIdentity
 
 
@@ -104,7 +105,7 @@ def load_training_data(
     """
     if isinstance(data, dict):
         return _mixture_data(data, max_val_tokens, tokenizer)
-    path = Path(data)
+    path = local_path(data, what="the data")
     if not path.exists():
         raise FileNotFoundError(
             f"training data {path} does not exist; give a shard folder (tokembed prepare) or a text file"
