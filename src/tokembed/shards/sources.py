@@ -282,7 +282,7 @@ def plan_units(
         unit_bytes: bytes of input per unit.
         carry: read every span's bytes here (for workers without access to the files); streams always do.
         head_bytes: give the first piece of each cut document its first ``head_bytes`` bytes (`Span.head`).
-        cut_at: where a document may be cut (one of `CUTS`: the tokenizer's rule).
+        cut_at: where a document may be cut (one of `CUTS`: the tokenizer's rule; None: nowhere).
         field: the JSON field / Parquet column holding the text.
 
     Yields:
