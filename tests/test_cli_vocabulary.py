@@ -250,3 +250,12 @@ def test_export_takes_its_output_once(tmp_path, capsys):
     assert "--out was given twice: as --out B and as a positional A; keep --out" in capsys.readouterr().err
     assert main(["export", str(tmp_path / "S")]) == 2
     assert "the following argument is required: --out (where to write)" in capsys.readouterr().err
+
+
+def test_the_pictures_plot_offers_are_the_librarys():
+    from tokembed.cli.inspect import PLOT_KINDS
+    from tokembed.inspection.plot import PICTURES, plot_table
+
+    assert PLOT_KINDS == PICTURES  # the parser cannot import the library (torch) to ask it
+    with pytest.raises(ValueError, match=r"unknown picture 'umap'; choose one of pca, tsne, positions, norms"):
+        plot_table(None, "umap")

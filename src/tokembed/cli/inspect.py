@@ -156,54 +156,17 @@ def _cmd_isotropy(args) -> int:
 
 
 def _cmd_plot(args) -> int:
-    from tokembed.inspection.plot import save_figure
+    from tokembed.inspection.plot import plot_table, save_figure
 
     table = _table(args)
-    fig = _figure(args, table)
+    if args.kind in ("pca", "tsne") and table.counts is None:
+        _warn_queries(table, [])  # the note: no counts, so under-trained tokens are not marked
+    fig = plot_table(
+        table, args.kind, run=args.source, n_points=args.points, label_top=args.labels, progress=_bars(args)
+    )
     save_figure(fig, args.out, overwrite=args.overwrite)
     print(f"wrote {args.out}")
     return 0
-
-
-def _figure(args, table):
-    from tokembed.inspection import plot
-
-    if args.kind in ("pca", "tsne"):
-        if table.counts is None:
-            _warn_queries(table, [])
-        return plot.plot_projection(
-            table, method=args.kind, n_points=args.points, label_top=args.labels, progress=_bars(args)
-        )
-    if args.kind == "positions":
-        return _positions_figure(args, table)
-    if args.kind == "norms":
-        return plot.plot_norm_vs_frequency(table)
-    log = _log(args.source)
-    if args.kind == "isotropy":
-        return plot.plot_isotropy(log.get("isotropy") or [])
-    return plot.plot_loss(log)
-
-
-def _positions_figure(args, table):
-    from tokembed.inspection import plot
-
-    if table.positions is not None:
-        return plot.plot_position_similarity(table)
-    from tokembed.inspection.positions import checkpoint_position_pictures, describe_scheme, has_position_modules
-
-    pictures = checkpoint_position_pictures(args.source) if has_position_modules(table.positional) else []
-    if not pictures:
-        raise ValueError(f"nothing to draw: {describe_scheme(table.positional)}")
-    return plot.plot_position_picture(pictures[-1])  # RoPE: the similarity against distance
-
-
-def _log(source) -> dict:
-    log_file = Path(source) / "log.json"
-    if not log_file.is_file():
-        raise FileNotFoundError(
-            f"{log_file} does not exist: the loss and isotropy plots need a checkpoint directory written by `tokembed train`"
-        )
-    return json.loads(log_file.read_text(encoding="utf-8"))
 
 
 def _cmd_info(args) -> int:
@@ -438,7 +401,7 @@ def _register_report(subparsers) -> None:
     r.set_defaults(func=_cmd_report)
 
 
-PLOT_KINDS = ("pca", "tsne", "positions", "norms", "loss", "isotropy")
+PLOT_KINDS = ("pca", "tsne", "positions", "norms", "loss", "isotropy")  # inspection.plot.PICTURES (that imports torch)
 EXPORT_FORMATS = ("projector", "word2vec", "npy", "safetensors", "megatron", "nanogpt")
 
 
