@@ -29,9 +29,11 @@ def _table(args):
     return table_with_counts(table, corpus=getattr(args, "corpus", None), min_count=getattr(args, "min_count", None))
 
 
-def _warn_queries(table, queries) -> None:
+def _warn_queries(table, queries, *, quiet: bool = False) -> None:
     """On stderr: a warning for each query token read fewer than min_count times, or a note without counts."""
     if table.counts is None:
+        if quiet:  # a note, not a warning: --quiet leaves it out
+            return
         print(
             f"note: {table.source or 'this table'} records no token counts, so under-trained tokens are not marked "
             "(pass --corpus, or use a checkpoint written by this tokembed's train)",
@@ -86,7 +88,7 @@ def _cmd_neighbours(args) -> int:
     table = _table(args)
     result = {}
     words = _words(args, args.words)
-    _warn_queries(table, words)
+    _warn_queries(table, words, quiet=args.quiet)
     for w, nb in zip(words, table.neighbours_many(words, topn=args.top)):
         ids = [w] if isinstance(w, int) else table.ids(w)
         what = f"{_show(w)} (token{'s' if len(ids) > 1 else ''} {', '.join(map(str, ids))})"
@@ -100,7 +102,7 @@ def _cmd_neighbours(args) -> int:
 def _cmd_analogy(args) -> int:
     table = _table(args)
     pos, neg = _words(args, args.positive), _words(args, args.negative)
-    _warn_queries(table, pos + neg)
+    _warn_queries(table, pos + neg, quiet=args.quiet)
     nb = table.most_similar(positive=pos, negative=neg, topn=args.top)
     if args.json:
         print(json.dumps([vars(n) for n in nb], ensure_ascii=False, indent=1))
@@ -113,7 +115,7 @@ def _cmd_analogy(args) -> int:
 def _cmd_similarity(args) -> int:
     table = _table(args)
     a, b = _words(args, [args.a, args.b])
-    _warn_queries(table, [a, b])
+    _warn_queries(table, [a, b], quiet=args.quiet)
     s = table.similarity(a, b)
     print(
         json.dumps({"a": a, "b": b, "cosine": s}, ensure_ascii=False)
@@ -133,7 +135,7 @@ def _cmd_tokens(args) -> int:
     for r in rows:
         print(f"{r.position:5d}  {r.id:6d}  {r.norm:8.4f}  {r.token!r:<20}{_mark(r)}")
     if table.counts is None:
-        _warn_queries(table, [])
+        _warn_queries(table, [], quiet=args.quiet)
     return 0
 
 
@@ -160,7 +162,7 @@ def _cmd_plot(args) -> int:
 
     table = _table(args)
     if args.kind in ("pca", "tsne") and table.counts is None:
-        _warn_queries(table, [])  # the note: no counts, so under-trained tokens are not marked
+        _warn_queries(table, [], quiet=args.quiet)  # the note: no counts, so under-trained tokens are not marked
     fig = plot_table(
         table, args.kind, run=args.source, n_points=args.points, label_top=args.labels, progress=_bars(args)
     )
