@@ -455,9 +455,21 @@ def _register_report(subparsers) -> None:
     r.add_argument("--min-count", type=int, default=None, help="tokens read fewer times are under-trained (default 10)")
     r.add_argument("--words", nargs="+", metavar="WORD", help="words whose neighbours are listed. " + WORD_HELP)
     r.add_argument("--space", action="store_true", help="put a space before each of --words")
-    r.add_argument("--topn", type=int, default=8)
-    r.add_argument("--points", type=int, default=1500, help="tokens placed in the projections")
-    r.add_argument("--labels", type=int, default=40, help="tokens labelled in the projections")
+    from tokembed.inspection.report_config import ReportConfig  # torch-free: the defaults are the library's
+
+    r.add_argument("--topn", type=int, default=ReportConfig.topn, help="neighbours per word (default %(default)s)")
+    r.add_argument(
+        "--points",
+        type=int,
+        default=ReportConfig.n_points,
+        help="tokens placed in the projections (default %(default)s)",
+    )
+    r.add_argument(
+        "--labels",
+        type=int,
+        default=ReportConfig.label_top,
+        help="tokens labelled in the projections (default %(default)s)",
+    )
     r.add_argument("--no-tsne", action="store_true", help="skip the t-SNE map (drawn when scikit-learn is installed)")
     r.add_argument("--tokenizer", default="gpt2", help=argparse.SUPPRESS)
     r.add_argument("--allow-unverified", action="store_true", help=UNVERIFIED_HELP)
