@@ -511,6 +511,33 @@ class EmbeddingTable:
         """(n, D) the rows of ``ids``, checked."""
         return self.tokens[[self.check_id(i) for i in ids]]
 
+    def most_frequent(self, n: int) -> list[int]:
+        """The ids of the ``n`` tokens read most often, by the table's counts (ties: the lower id first).
+
+        Without counts (``self.counts is None``) there is no such order: the first ``n`` ids.
+        """
+        check_int("n", n, min=1, noun="an integer", hint="the number of tokens to keep")
+        if self.counts is None:
+            return list(range(min(n, self.vocab_size)))
+        return torch.argsort(self.counts, descending=True, stable=True)[:n].tolist()
+
+    def info(self) -> dict:
+        """What the table is: source, shape, tokenizer, positional scheme, norms, counts (JSON-ready)."""
+        return {
+            "source": self.source,
+            "vocab_size": self.vocab_size,
+            "dim": self.dim,
+            "tokenizer": getattr(self.tokenizer, "name", None),
+            "positional": self.positional,
+            "positions": None if self.positions is None else self.positions.shape[0],
+            "norm_mean": float(self.norms.mean()),
+            "norm_min": float(self.norms.min()),
+            "norm_max": float(self.norms.max()),
+            "counts": self.counts_source or None,
+            "undertrained": None if self.counts is None else int(self.undertrained_ids().numel()),
+            "min_count": self.min_count,
+        }
+
     def __repr__(self) -> str:
         tok = getattr(self.tokenizer, "name", None)
         pos = f", positions={tuple(self.positions.shape)}" if self.positions is not None else ""
