@@ -384,6 +384,8 @@ def _register_table_questions(q, common) -> None:
 
 
 def _register_report(subparsers) -> None:
+    from tokembed.inspection.report_config import ReportConfig  # torch-free: the defaults are the library's
+
     r = subparsers.add_parser(
         "report",
         help="one self-contained HTML page about an embedding table",
@@ -398,7 +400,7 @@ def _register_report(subparsers) -> None:
                 "the tokenizer of a table that names none (.npy, GPT-2 weights; none: ids only)", default="gpt2"
             ),
             options.counts(),
-            options.top("neighbours listed per word", default=8, old=["--topn"]),
+            options.top("neighbours listed per word", default=ReportConfig.topn, old=["--topn"]),
             options.quiet(),
             options.unverified(),
         ],
@@ -406,8 +408,18 @@ def _register_report(subparsers) -> None:
     r.add_argument("source", metavar="SOURCE", help="checkpoint directory, .npy/.safetensors table, or GPT-2 weights")
     r.add_argument("--words", nargs="+", metavar="WORD", help="words whose neighbours are listed. " + WORD_HELP)
     r.add_argument("--space", action="store_true", help="put a space before each of --words")
-    r.add_argument("--points", type=int, default=1500, help="tokens placed in the projections (default 1500)")
-    r.add_argument("--labels", type=int, default=40, help="tokens labelled in the projections (default 40)")
+    r.add_argument(
+        "--points",
+        type=int,
+        default=ReportConfig.n_points,
+        help="tokens placed in the projections (default %(default)s)",
+    )
+    r.add_argument(
+        "--labels",
+        type=int,
+        default=ReportConfig.label_top,
+        help="tokens labelled in the projections (default %(default)s)",
+    )
     r.add_argument("--no-tsne", action="store_true", help="skip the t-SNE map (drawn when scikit-learn is installed)")
     r.set_defaults(func=_cmd_report)
 
