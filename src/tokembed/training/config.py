@@ -12,7 +12,7 @@ from tokembed._checks import check_int, check_number, check_positive_int, config
 DEFAULT_BATCH_SIZE = 8  # windows per rank when neither batch_size nor global_batch_size is given
 
 # Fields that may differ when a run is resumed (they do not change what has been computed so far).
-RESUMABLE_CHANGES = ("max_steps", "eval_interval", "eval_batches", "checkpoint_interval", "out")
+RESUMABLE_CHANGES = ("max_steps", "eval_interval", "eval_batches", "checkpoint_interval", "keep_checkpoints", "out")
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,8 @@ class TrainConfig:
         eval_interval: steps between validation losses (and at the end).
         eval_batches: at most this many validation batches per evaluation.
         checkpoint_interval: steps between checkpoints (and at the end).
+        keep_checkpoints: checkpoints kept: the latest in ``out`` and the ``keep_checkpoints - 1`` newest before it
+            beside it (``OUT.step-NNNNNNN``); a resume takes the newest complete one.
         seed: seeds weights, shuffling and dropout.
         val_fraction: for a text file, the share of its tokens (at the end) held out for validation.
         init_embeddings: a local GPT-2 weights file whose ``wte``/``wpe`` start the embeddings.
@@ -62,6 +64,7 @@ class TrainConfig:
     eval_interval: int = 50
     eval_batches: int = 20
     checkpoint_interval: int = 100
+    keep_checkpoints: int = 3
     seed: int = 0
     val_fraction: float = 0.1
     init_embeddings: str | None = None
@@ -75,7 +78,14 @@ class TrainConfig:
         if self.init_embeddings is not None:
             object.__setattr__(self, "init_embeddings", str(self.init_embeddings))
         # Checked values are stored as plain int/float: a numpy scalar would not survive config.json.
-        for name in ("max_length", "max_steps", "eval_interval", "eval_batches", "checkpoint_interval"):
+        for name in (
+            "max_length",
+            "max_steps",
+            "eval_interval",
+            "eval_batches",
+            "checkpoint_interval",
+            "keep_checkpoints",
+        ):
             object.__setattr__(self, name, check_positive_int(name, getattr(self, name)))
         for name in ("batch_size", "global_batch_size"):
             if getattr(self, name) is not None:

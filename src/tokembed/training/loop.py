@@ -383,6 +383,7 @@ class _Run:
             state=s.to_dict(self.loader, data=self.identity),
             log=log,
             extra_files={COUNTS_FILE: counter.write} if counter is not None else None,
+            keep=self.config.keep_checkpoints,
         )
 
 

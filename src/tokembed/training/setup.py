@@ -25,7 +25,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from tokembed.model.checkpoint import interrupted_save_hint, read_checkpoint_config, read_checkpoint_file
+from tokembed.model.checkpoint import (
+    interrupted_save_hint,
+    read_checkpoint_config,
+    read_checkpoint_file,
+    resume_checkpoint,
+    verify_checkpoint,
+)
 from tokembed.model.config import GPTConfig
 from tokembed.tokenizer.base import TokenizerIdentity
 from tokembed.training.config import RESUMABLE_CHANGES, TrainConfig
@@ -65,6 +71,8 @@ def saved_run(out: Path, *, resume: bool | str) -> Saved | None:
     """The checkpoint to resume from, or None for a new run; ``resume="auto"`` resumes when ``out`` exists."""
     if isinstance(resume, str) and resume != "auto" or resume not in RESUME_VALUES:
         raise ValueError(f"resume must be True, False or 'auto', got {resume!r}")
+    if resume:
+        resume_checkpoint(out)  # the newest complete checkpoint of the run (a killed or damaged save falls back)
     if resume == "auto":
         resume = out.exists() or bool(interrupted_save_hint(out))  # a lost rename is reported, not run over
     if out.exists():
@@ -129,6 +137,7 @@ def settle_config(
         settled = dataclasses.replace(settled, global_batch_size=saved.global_batch_size)  # the checkpoint's
     settled = _fit_batch(settled, world_size)
     if settled.global_batch_size != saved.global_batch_size:
+        verify_checkpoint(out)  # a damaged state.json is the better explanation
         raise ValueError(_other_global_batch(saved.global_batch_size, given.get("batch_size"), settled, world_size))
     return settled
 
@@ -202,6 +211,7 @@ def resumed_data(saved: Saved, given: Any, out: Path, *, tokenizer: Any = None) 
     _check_same_mixing(recorded, data)
     identity = data_identity(data)
     if identity != saved.identity:
+        verify_checkpoint(out)  # a damaged state.json is the better explanation
         now, then = describe_identity(identity), describe_identity(saved.identity)
         if data == recorded:
             raise ValueError(
@@ -258,10 +268,10 @@ def settle_model(
     if saved is not None:
         model = GPTConfig.from_dict(saved.config["model"])
         chosen = given.to_dict() if isinstance(given, GPTConfig) else dict(given or {})
-        diff = [f"{k}: {v!r} -> {chosen[k]!r}" for k, v in model.to_dict().items() if k in chosen and chosen[k] != v]
         unknown = sorted(set(chosen) - set(model.to_dict()))
         if unknown:
             raise ValueError(f"unknown GPTConfig fields {unknown}; known fields: {sorted(model.to_dict())}")
+        diff = _differences(model.to_dict(), chosen)
         if diff:
             raise ValueError(
                 f"the checkpoint in {config.out} has another model ({'; '.join(diff)}); omit the model options when resuming"
@@ -278,6 +288,18 @@ def settle_model(
             "lower max_length or raise context_length"
         )
     return model
+
+
+def _differences(saved: dict[str, Any], chosen: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """``key: saved -> chosen`` for each chosen value the saved config does not have; the scheme's options
+    (a dict) are compared option by option, so naming one of them is not a difference from the rest."""
+    diff = []
+    for k, v in chosen.items():
+        if isinstance(v, Mapping) and isinstance(saved.get(k), dict):
+            diff += _differences(saved[k], v, f"{prefix}{k}.")
+        elif k not in saved or saved[k] != v:
+            diff.append(f"{prefix}{k}: {saved.get(k)!r} -> {v!r}")
+    return diff
 
 
 def fit_vocabulary(model_config: GPTConfig, tok: TokenizerIdentity) -> GPTConfig:
