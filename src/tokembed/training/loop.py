@@ -45,7 +45,7 @@ from tokembed.training.counts import COUNTS_FILE, MIN_COUNT, TokenCounter
 from tokembed.training.data import TrainingData, data_identity, load_training_data, weighted_share
 from tokembed.training.device import DeviceConfig, Distributed, autocast, init_distributed, resolve_device, to_device
 from tokembed.training.evaluation import evaluate_sources
-from tokembed.training.interrupt import STOP_SIGNALS, DeferredInterrupt, TrainingInterrupted
+from tokembed.training.interrupt import DeferredInterrupt, TrainingInterrupted
 from tokembed.training.progress import Counter, Every, Progress
 from tokembed.training.setup import Saved, out_of, saved_run, settle_config, settle_model
 from tokembed.training.state import TrainState
@@ -314,14 +314,20 @@ class _Run:
 
     def _share(self, loss: torch.Tensor, signum: int) -> tuple[float, int]:
         """The loss averaged over the ranks and the stop signal any rank got, in one all-reduce (the one the
-        loss needed anyway: asking about signals costs nothing more). SIGTERM wins over SIGINT."""
+        loss needed anyway, one number longer: asking about signals costs no collective of its own).
+
+        The second number sums each rank's flag: 1 for Ctrl-C, ``world_size + 1`` for SIGTERM, so a sum over
+        ``world_size`` means some rank got SIGTERM (which wins: the scheduler's SIGKILL follows it).
+        """
         if not self.dist.active:
             return loss.item(), signum
-        flags = torch.tensor([float(signum == x) for x in STOP_SIGNALS], device=loss.device)
-        packed = torch.cat([loss.detach().float().reshape(1), flags])  # (1 + signals,)
+        world = self.dist.world_size
+        flag = {0: 0.0, signal.SIGINT: 1.0, signal.SIGTERM: float(world + 1)}[signum]
+        packed = torch.stack([loss.detach().float(), torch.tensor(flag, device=loss.device)])  # (2,)
         torch.distributed.all_reduce(packed, op=torch.distributed.ReduceOp.SUM)
-        got = [x for x, n in zip(STOP_SIGNALS, packed[1:].tolist()) if n > 0]
-        return (packed[0] / self.dist.world_size).item(), (got[-1] if got else 0)
+        flags = packed[1].item()
+        stop = signal.SIGTERM if flags > world else signal.SIGINT if flags > 0 else 0
+        return (packed[0] / world).item(), stop
 
     def _show(self, counter: Counter, *, force: bool) -> None:
         tokens, seconds = self.rate
