@@ -81,6 +81,15 @@ def test_resume_with_the_same_model_options_is_accepted_and_with_others_refused(
         train({"out": str(tmp_path / "cut")}, {"dim": 32}, resume=True, progress=False)
 
 
+def test_resume_compares_the_scheme_options_given_one_by_one(tmp_path):
+    rope = {**SHAPE, "positional": "rope", "positional_options": {"base": 500.0}}
+    train(cfg(tmp_path, "cut"), rope, progress=False, stop_at=1)
+    again = {"positional": "rope", "positional_options": {"base": 500.0}}  # as a rerun of the command gives them
+    train({"out": str(tmp_path / "cut"), "max_steps": 2}, again, resume=True, progress=False)
+    with pytest.raises(ValueError, match=r"another model \(positional_options.base: 500.0 -> 1000.0\)"):
+        train({"out": str(tmp_path / "cut")}, {"positional_options": {"base": 1000.0}}, resume=True, progress=False)
+
+
 def test_resume_auto_starts_then_resumes(tmp_path, reference):
     out = tmp_path / "auto"
     train(cfg(tmp_path, "auto"), TINY, progress=False, stop_at=2, resume="auto")  # nothing there: a new run

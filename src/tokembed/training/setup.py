@@ -271,7 +271,7 @@ def settle_model(
         unknown = sorted(set(chosen) - set(model.to_dict()))
         if unknown:
             raise ValueError(f"unknown GPTConfig fields {unknown}; known fields: {sorted(model.to_dict())}")
-        diff = _differences(model.to_dict(), chosen)
+        diff = _differences(model.to_dict(), chosen, partial=not isinstance(given, GPTConfig))
         if diff:
             raise ValueError(
                 f"the checkpoint in {config.out} has another model ({'; '.join(diff)}); omit the model options when resuming"
@@ -290,13 +290,14 @@ def settle_model(
     return model
 
 
-def _differences(saved: dict[str, Any], chosen: Mapping[str, Any], prefix: str = "") -> list[str]:
-    """``key: saved -> chosen`` for each chosen value the saved config does not have; the scheme's options
-    (a dict) are compared option by option, so naming one of them is not a difference from the rest."""
+def _differences(saved: dict[str, Any], chosen: Mapping[str, Any], *, partial: bool, prefix: str = "") -> list[str]:
+    """``key: saved -> chosen`` for each chosen value the saved config does not have. Options chosen one by one
+    (``partial``) compare the scheme's options (a dict) option by option: naming one is no difference from the
+    rest; a whole `GPTConfig` is compared whole."""
     diff = []
     for k, v in chosen.items():
-        if isinstance(v, Mapping) and isinstance(saved.get(k), dict):
-            diff += _differences(saved[k], v, f"{prefix}{k}.")
+        if partial and isinstance(v, Mapping) and isinstance(saved.get(k), dict):
+            diff += _differences(saved[k], v, partial=True, prefix=f"{prefix}{k}.")
         elif k not in saved or saved[k] != v:
             diff.append(f"{prefix}{k}: {saved.get(k)!r} -> {v!r}")
     return diff
