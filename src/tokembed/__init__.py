@@ -63,6 +63,7 @@ _PUBLIC = {
     "GPTConfig": "model.config",
     "TrainConfig": "training.config",
     "train": "training.loop",
+    "TrainingInterrupted": "training.interrupt",
     "load_checkpoint": "model.checkpoint",
     "save_checkpoint": "model.checkpoint",
     "evaluate": "training.evaluation",
