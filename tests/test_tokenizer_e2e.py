@@ -94,11 +94,15 @@ def test_resuming_on_data_of_another_tokenizer_is_refused(o200k_folder, tmp_path
         progress=False,
     )
     ckpt = json.loads((run / "config.json").read_text())
-    ckpt["train"]["data"] = str(out)  # the same run pointed at o200k data
+    ckpt["train"]["data"] = str(out)  # the same run pointed at o200k data, by hand: so no longer the sealed one
     (run / "config.json").write_text(json.dumps(ckpt))
+    (run / "sha256.json").unlink()
     cfg = TrainConfig(data=str(out), out=str(run), max_length=8, batch_size=2, max_steps=4, warmup_steps=1)
-    with pytest.raises(ValueError, match=r"trained on ids of gpt2 .* but the data was made with o200k_base"):
-        train(cfg, resume=True, progress=False)
+    with (
+        pytest.raises(ValueError, match=r"trained on ids of gpt2 .* but the data was made with o200k_base"),
+        pytest.warns(UserWarning, match="loaded without verification"),
+    ):
+        train(cfg, resume=True, progress=False, allow_unverified=True)
 
 
 def test_cli_lists_tokenizers_and_prepares_with_one(tmp_path, story):

@@ -41,6 +41,10 @@ _PUBLIC = {
     "WindowLoader": "data.loader",
     "Mixture": "data.mixture",
     "create_dataloader": "data.loader",
+    "collate_windows": "data.windows",
+    "DocumentBatch": "data.batch",
+    "PackedWindows": "data.packed",
+    "WindowBatchSampler": "data.sampler",
     # batches -> embeddings
     "TokenEmbedding": "embeddings",
     "LearnedPositionalEmbedding": "embeddings",
@@ -59,6 +63,7 @@ _PUBLIC = {
     "GPTConfig": "model.config",
     "TrainConfig": "training.config",
     "train": "training.loop",
+    "TrainingInterrupted": "training.interrupt",
     "load_checkpoint": "model.checkpoint",
     "save_checkpoint": "model.checkpoint",
     "evaluate": "training.evaluation",

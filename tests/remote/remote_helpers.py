@@ -16,6 +16,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: handmade_shards
+import contextlib
+
 from handmade_shards import write_cut_stream  # noqa: E402
 
 
@@ -94,8 +96,6 @@ def cache_bytes(cache: Path) -> int:
     for p in cache.rglob("*"):
         if p.parent.name == ".locks" or p.name in ("source.json", ".tokembed-cache.lock"):
             continue
-        try:
+        with contextlib.suppress(FileNotFoundError):
             total += p.stat().st_size if p.is_file() else 0
-        except FileNotFoundError:
-            pass
     return total

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from tokembed.cli import options
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -12,9 +14,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="list the tokenizers available offline and the files each is built from",
         description="List the named tokenizers, the package and files each is built from here, and what is "
         "missing. Any tokenizer.json (or its folder) and any .tiktoken file (with --pattern) work too.",
+        parents=[options.json_output()],
     )
     p.add_argument("--check", action="store_true", help="also build each one (checks the files' sha256; seconds)")
-    p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=run)
 
 

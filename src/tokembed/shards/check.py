@@ -6,14 +6,16 @@ import contextlib
 import os
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from tokembed._atomic import is_temp_file
+from tokembed._atomic import interrupted_commit, is_temp_file
 from tokembed._lock import LOCK_NAME
-from tokembed.shards import remote
+from tokembed._paths import local_path
+from tokembed.shards import megatron, remote
 from tokembed.shards.format import (
     BLOCK_BYTES,
     INDEX_DTYPE,
@@ -26,11 +28,20 @@ from tokembed.shards.format import (
 from tokembed.shards.schema import MANIFEST_HASH, manifest_problems
 from tokembed.storage.options import remote_options
 from tokembed.storage.stores import open_store
-from tokembed.storage.urls import is_url, local_path_of
+from tokembed.storage.urls import as_url, is_url, local_path_of, public_url
 
 Stage = Callable[[ShardInfo], AbstractContextManager[Path]]
 
-__all__ = ["check_folder", "check_remote", "check_shards", "check_split", "manifest_sealed", "shard_file_problems"]
+__all__ = [
+    "CheckReport",
+    "check_folder",
+    "check_remote",
+    "check_report",
+    "check_shards",
+    "check_split",
+    "manifest_sealed",
+    "shard_file_problems",
+]
 
 
 def shard_file_problems(root: Path, s: ShardInfo, itemsize: int) -> list[str]:
@@ -186,7 +197,7 @@ class _Boundaries:
 
 def check_shards(root: str | os.PathLike) -> list[str]:
     """Verify a shard folder: the manifest (schema and seal), counts, sizes, checksums, document boundaries,
-    and that the folder holds nothing else.
+    and that the folder holds nothing else. A Megatron prefix: `tokembed.shards.megatron.check_megatron`.
 
     Returns:
         One line per problem, naming the damaged, missing or stray file; empty when the folder is healthy.
@@ -196,7 +207,12 @@ def check_shards(root: str | os.PathLike) -> list[str]:
     """
     if is_url(root) and local_path_of(root) is None:
         return check_remote(str(root))
-    root = Path(local_path_of(root) or root)
+    root = local_path(local_path_of(root) or root, what="the shard folder")  # an unsupported URL: a usage error
+    if megatron.is_megatron_prefix(root):
+        return megatron.check_megatron(root)
+    stage = interrupted_commit(root.parent, root.name)
+    if stage is not None and not root.is_dir():
+        return [f"an export to {root} was interrupted ({stage} holds its finished files); run the export again"]
     try:
         manifest = load_manifest(root)
     except (FileNotFoundError, NotADirectoryError, ValueError) as e:
@@ -226,8 +242,66 @@ def check_folder(
 
 
 def manifest_sealed(root: str | os.PathLike) -> bool:
-    """Whether the folder's manifest carries its ``manifest_sha256`` (manifests written before it do not)."""
-    return MANIFEST_HASH in load_manifest(Path(root))
+    """Whether the folder's manifest carries its ``manifest_sha256`` (manifests written before it do not;
+    a Megatron dataset has no manifest: its export's record holds the ``.bin``'s sha256)."""
+    return megatron.is_megatron_prefix(root) or MANIFEST_HASH in load_manifest(Path(root))
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    """What `tokembed check` finds in a shard folder (`check_report`).
+
+    Attributes:
+        folder: the folder checked, as given.
+        problems: one line per damaged, missing or stray file (`check_shards`); empty when the folder is healthy.
+        splits: per split, ``{"documents", "tokens", "shards"}`` from the verified manifest (empty when damaged).
+        sealed: whether the manifest carries its ``manifest_sha256`` (`manifest_sealed`); None when damaged, and
+            for a Megatron prefix (which has no manifest).
+    """
+
+    folder: str
+    problems: list[str]
+    splits: dict[str, dict[str, int]]
+    sealed: bool | None
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_dict(self) -> dict[str, Any]:
+        """The report as JSON-ready data (``tokembed check --json``), ``ok`` included."""
+        return {
+            "folder": self.folder,
+            "ok": self.ok,
+            "problems": self.problems,
+            "splits": self.splits,
+            "sealed": self.sealed,
+        }
+
+
+def check_report(root: str | os.PathLike) -> CheckReport:
+    """`check_shards`, and for a healthy folder the sizes of its splits and whether its manifest is sealed."""
+    problems = check_shards(root)
+    if problems:
+        return CheckReport(_shown(root), problems, {}, None)
+    if megatron.is_megatron_prefix(root):  # one split of one shard, and no manifest to be sealed
+        index = megatron.read_megatron_index(root)
+        train = {"documents": len(index.doc_starts()), "tokens": int(index.lengths.sum()), "shards": 1}
+        return CheckReport(_shown(root), [], {"train": train}, None)
+    if is_url(root) and local_path_of(root) is None:
+        manifest = remote.fetch_manifest(open_store(str(root), remote_options().storage_options))
+    else:
+        manifest = load_manifest(Path(local_path_of(root) or root))
+    splits = {
+        name: {"documents": s["documents"], "tokens": s["tokens"], "shards": len(s["shards"])}
+        for name, s in manifest["splits"].items()
+    }
+    return CheckReport(_shown(root), [], splits, MANIFEST_HASH in manifest)
+
+
+def _shown(root: str | os.PathLike) -> str:
+    """The folder as a report shows it: a URL without credentials or query (`tokembed.storage.urls.public_url`)."""
+    return public_url(as_url(root)) if is_url(root) else str(root)
 
 
 def _input_count_problems(manifest: dict[str, Any]) -> list[str]:

@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from tokembed._paths import local_path
 from tokembed.shards.schema import MANIFEST_HASH, manifest_digest, manifest_problems
 from tokembed.storage.cache import BLOCK_BYTES
 
@@ -170,6 +171,7 @@ def file_digests(path: str | os.PathLike, block_bytes: int = BLOCK_BYTES) -> tup
 
 def load_manifest(root: Path) -> dict[str, Any]:
     """Parse ``root/manifest.json`` and check its format and version (its content: `read_manifest`)."""
+    root = local_path(root, what="the shard folder")
     if not root.is_dir():
         if root.exists():
             raise NotADirectoryError(

@@ -182,10 +182,12 @@ class _Found:
 
     def add_url(self, url: str, explicit: bool = True) -> bool:
         """Take one object named by its URL (through the opener registered for its scheme; an error without one)."""
-        fmt = self._format(url, explicit=explicit)
-        if fmt is None:
-            return False
-        with open_input(url) as src:
+        if not explicit and self._format(url, explicit=False) is None:
+            return False  # an object of a prefix or glob without an input format (no request made for it)
+        with open_input(url) as src:  # first: a URL no reader handles is named as such, whatever its suffix
+            fmt = self._format(url, explicit=explicit)
+            if fmt is None:
+                return False  # (not reached: an explicit input of unknown type raised)
             self.by_real.setdefault(url, InputFile(url, fmt[0], fmt[1], src.size))
         return True
 
@@ -294,7 +296,7 @@ def plan_units(
         unit_bytes: bytes of input per unit.
         carry: read every span's bytes here (for workers without access to the files); streams always do.
         head_bytes: give the first piece of each cut document its first ``head_bytes`` bytes (`Span.head`).
-        cut_at: where a document may be cut (one of `CUTS`: the tokenizer's rule).
+        cut_at: where a document may be cut (one of `CUTS`: the tokenizer's rule; None: nowhere).
         field: the JSON field / Parquet column holding the text.
 
     Yields:
