@@ -7,7 +7,8 @@ module-level constant it reads mentions one of:
 
 - the program names ``"torchrun"``, ``"chromium"``, ``"chromium-browser"`` (a string that is exactly that);
 - ``ray.init`` (a local Ray cluster);
-- ``SIGKILL`` or ``killpg`` (kill -9, or a signal to a whole process group).
+- ``SIGKILL`` or ``killpg`` (kill -9, or a signal to a whole process group);
+- ``start_swift`` (the S3 server of tests/remote/, through its ``swift``/``s3`` fixtures).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import pytest
 
 TESTS = Path(__file__).resolve().parent
 PROGRAMS = {"torchrun", "chromium", "chromium-browser"}
-NAMES = {"SIGKILL", "killpg"}
+NAMES = {"SIGKILL", "killpg", "start_swift"}
 
 
 def _launches(node: ast.AST) -> bool:
@@ -98,8 +99,12 @@ def unmarked_launchers(source: str, shared_fixtures: dict[str, ast.FunctionDef] 
 
 
 def _conftest_fixtures() -> dict[str, ast.FunctionDef]:
-    tree = ast.parse((TESTS / "conftest.py").read_text(encoding="utf-8"))
-    return {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef) and _is_fixture(n)}
+    """The fixtures of every conftest.py (tests/ and its folders: tests/remote/ starts the S3 server)."""
+    found: dict[str, ast.FunctionDef] = {}
+    for path in sorted(TESTS.glob("**/conftest.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        found |= {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef) and _is_fixture(n)}
+    return found
 
 
 def test_every_test_that_starts_a_launcher_or_kills_a_process_is_marked_slow():
@@ -194,3 +199,10 @@ def test_a_conftest_fixture_that_launches_counts():
     }
     assert unmarked_launchers("def test_x(cluster):\n    pass\n", shared) == ["test_x"]
     assert unmarked_launchers("def test_x(tmp_path):\n    pass\n", shared) == []
+
+
+def test_a_test_that_takes_the_s3_server_counts():
+    fixtures = _conftest_fixtures()  # tests/remote/conftest.py's too: s3 takes swift, which starts the server
+    assert {"swift", "s3"} <= set(fixtures)
+    assert unmarked_launchers("def test_x(s3):\n    pass\n", fixtures) == ["test_x"]
+    assert unmarked_launchers("@pytest.mark.slow\ndef test_x(s3):\n    pass\n", fixtures) == []

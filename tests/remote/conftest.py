@@ -14,12 +14,17 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from swift_s3 import SwiftS3, start_swift, xattr_problem
+
+# This folder is a package (``remote``), so that this conftest does not shadow tests/conftest.py as the module
+# ``conftest`` (``from conftest import STORY``); its helpers are imported by name from here.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from swift_s3 import SwiftS3, start_swift, xattr_problem  # noqa: E402
 
 
 def _unavailable(reason: str):

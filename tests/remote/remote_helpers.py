@@ -8,6 +8,7 @@ with tokembed), manifest last.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import sys
@@ -16,8 +17,6 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: handmade_shards
-import contextlib
-
 from handmade_shards import write_cut_stream  # noqa: E402
 
 

@@ -60,8 +60,6 @@ def test_a_missing_library_names_the_extra_to_install(monkeypatch):
 
 # -------------------------------------------------------------------------------------- against the server
 
-slow = pytest.mark.slow
-
 
 @pytest.fixture
 def remote(tmp_path, s3):
@@ -71,7 +69,7 @@ def remote(tmp_path, s3):
     return local, s3.url("f")
 
 
-@slow
+@pytest.mark.slow
 def test_remote_reads_equal_local_reads_and_check_is_clean(remote):
     local, url = remote
     a, b = tokembed.open_shards(local), tokembed.open_shards(url)
@@ -82,7 +80,7 @@ def test_remote_reads_equal_local_reads_and_check_is_clean(remote):
     assert tokembed.check_shards(url) == []
 
 
-@slow
+@pytest.mark.slow
 def test_missing_bucket_and_missing_folder_name_the_url(s3):
     with pytest.raises(
         FileNotFoundError, match=r"s3://no-such-bucket-x/shards/manifest.json not found \(.*bucket does not exist"
@@ -96,7 +94,7 @@ def test_missing_bucket_and_missing_folder_name_the_url(s3):
         open_store(s3.url("nothing")).read("here", 0, 10)
 
 
-@slow
+@pytest.mark.slow
 def test_wrong_credentials_are_refused_without_showing_them(remote, monkeypatch):
     _, url = remote
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-the-password-9f3a")
@@ -116,7 +114,7 @@ def _closed_port() -> int:
         return s.getsockname()[1]
 
 
-@slow
+@pytest.mark.slow
 def test_a_network_error_is_retried_then_names_url_and_byte_range(s3, monkeypatch):
     monkeypatch.setenv("TOKEMBED_RETRIES", "2")
     monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{_closed_port()}")  # nothing listens there
@@ -125,7 +123,7 @@ def test_a_network_error_is_retried_then_names_url_and_byte_range(s3, monkeypatc
         store.read("train/00000.bin", 4096, 8192)
 
 
-@slow
+@pytest.mark.slow
 def test_a_changed_object_is_refetched_then_named_never_read(remote, s3):
     local, url = remote
     data = bytearray((local / "train/00001.bin").read_bytes())

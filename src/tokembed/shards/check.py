@@ -348,7 +348,7 @@ def check_remote(url: str, *, storage_options: Mapping[str, Any] | None = None) 
         store = open_store(url, remote_options(storage_options=storage_options).storage_options)
         manifest = remote.fetch_manifest(store)
         listing = store.listing()
-    except (FileNotFoundError, PermissionError, ValueError) as e:
+    except (FileNotFoundError, ValueError) as e:  # refused credentials are no damage: raised (exit 2)
         return [str(e)]
 
     def strays(listed: set[str]) -> list[str]:

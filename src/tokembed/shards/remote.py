@@ -18,12 +18,19 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tokembed.shards.format import CHECK_HINT, MANIFEST, ShardInfo, parse_manifest
+from tokembed.shards.format import CHECK_HINT, MANIFEST, ShardInfo, checked_manifest, parse_manifest
 from tokembed.storage.cache import BlockCache, BlockSpec
-from tokembed.storage.options import RemoteOptions
-from tokembed.storage.stores import Store
+from tokembed.storage.options import RemoteOptions, remote_options
+from tokembed.storage.stores import Store, open_store
 
-__all__ = ["block_specs", "download_stage", "fetch_manifest", "listing_problems", "machine_cache"]
+__all__ = [
+    "block_specs",
+    "download_stage",
+    "fetch_manifest",
+    "listing_problems",
+    "machine_cache",
+    "read_remote_manifest",
+]
 
 _CACHES: dict[tuple[int, str, int], BlockCache] = {}
 
@@ -80,6 +87,17 @@ def fetch_manifest(store: Store) -> dict[str, Any]:
             f"(a `tokembed prepare --out {root}` that did not finish uploads the manifest last: rerun it)"
         ) from None
     return parse_manifest(data, path=f"{root}/{MANIFEST}", root=root)
+
+
+def read_remote_manifest(url: str, options: RemoteOptions | None = None) -> dict[str, Any]:
+    """`tokembed.shards.format.read_manifest` for a folder at ``url``: fetched, its schema and seal checked.
+
+    Raises:
+        FileNotFoundError: no bucket, or no manifest (an unfinished upload; names the URL).
+        ValueError: a damaged manifest (names the first problem).
+    """
+    store = open_store(url, (options or remote_options()).storage_options)
+    return checked_manifest(fetch_manifest(store), store.where())
 
 
 def download_stage(store: Store):

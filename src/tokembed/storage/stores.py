@@ -84,7 +84,8 @@ def _is_not_found(e: BaseException) -> bool:
 
 
 def _is_refused(e: BaseException) -> bool:
-    return isinstance(e, PermissionError) or type(e).__name__ in ("PermissionDeniedError", "UnauthenticatedError")
+    names = ("PermissionDeniedError", "UnauthenticatedError", "NoCredentialsError", "PartialCredentialsError")
+    return isinstance(e, PermissionError) or type(e).__name__ in names  # (botocore's: none found, half given)
 
 
 class Store:

@@ -233,6 +233,11 @@ def data_identity(data: str | Path | dict) -> dict[str, Any]:
     """
     if isinstance(data, dict):
         return {"sources": [data_identity(p) for p, _ in _mixture(data).spec()["sources"]]}
+    if _remote(data):
+        from tokembed.shards.remote import read_remote_manifest
+        from tokembed.shards.schema import manifest_digest
+
+        return {"manifest_sha256": manifest_digest(read_remote_manifest(str(data)))}
     path = Path(data)
     if _is_shard_folder(path):
         from tokembed.shards.format import read_manifest
