@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 
-from tokembed.data.book import create_dataloader_v1
+from tokembed.data.book import GPTDatasetV1, create_dataloader_v1
 from tokembed.embeddings import InputEmbedding, TokenEmbedding
 from tokembed.tokenizer import ENDOFTEXT, get_tokenizer, gpt2_files, tokenizer_identity
 
@@ -97,7 +99,7 @@ def chapter_walk(
             "max_length": max_length,
             "stride": stride,
             "shuffle": False,
-            "windows": len(loader.dataset),
+            "windows": len(cast(GPTDatasetV1, loader.dataset)),  # the drop-in's loader is over a GPTDatasetV1
             "batches": len(loader),
         },
         "first_batch": {

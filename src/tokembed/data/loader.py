@@ -333,7 +333,7 @@ class WindowLoader:
         if self.num_workers == 0:
             source: Any = iter(stream)
         else:
-            kw = {} if cfg.prefetch_factor is None else {"prefetch_factor": cfg.prefetch_factor}
+            kw: dict[str, Any] = {} if cfg.prefetch_factor is None else {"prefetch_factor": cfg.prefetch_factor}
             source = iter(
                 torch.utils.data.DataLoader(
                     stream,
@@ -371,7 +371,7 @@ class WindowLoader:
             "seed": self.seed,
             "drop_last": self.drop_last,
             "world_size": self.world_size,
-            **(self.dataset.mixture.state_entries() if isinstance(ds, MixtureWindows) else {}),
+            **(ds.mixture.state_entries() if isinstance(ds, MixtureWindows) else {}),
             "global_batch_size": self.global_batch_size,
         }
 

@@ -64,8 +64,8 @@ def quota_period(weights: list[float]) -> tuple[list[int], int]:
         period = math.lcm(*(f.denominator for f in norm))
         if period <= PERIOD_MAX:
             return [int(f * period) for f in norm], period
-    total = math.fsum(weights)
-    ideal = [w / total * PERIOD_MAX for w in weights]
+    weight_sum = math.fsum(weights)
+    ideal = [w / weight_sum * PERIOD_MAX for w in weights]
     q = [math.floor(x) for x in ideal]
     by_remainder = sorted(range(len(q)), key=lambda i: (q[i] - ideal[i], i))  # largest remainder first
     for i in by_remainder[: PERIOD_MAX - sum(q)]:
@@ -112,7 +112,7 @@ class MixtureSchedule:
         return {"q": self.q, "period": self.period}  # workers rebuild the table (cached per process)
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["q"], state["period"])
+        type(self).__init__(self, state["q"], state["period"])
 
     def draws(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(source, draw)`` of each global slot: which source, and which of its windows (0, 1, ...) in its own order."""

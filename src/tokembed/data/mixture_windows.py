@@ -122,7 +122,8 @@ class MixtureWindows(SlidingWindowDataset):
         epoch, pos = np.divmod(draw, self._sizes[source])
         if not shuffle:
             return (pos * len(self._sizes) + source).reshape(slots.shape)
-        perms, group = [], np.empty_like(pos)  # one permutation per (source, epoch) in the block
+        perms: list[FeistelPermutation] = []
+        group = np.empty_like(pos)  # one permutation per (source, epoch) in the block
         for s in np.flatnonzero(np.bincount(source, minlength=len(self._sizes))).tolist():
             sel = np.flatnonzero(source == s)
             first, last = int(epoch[sel].min()), int(epoch[sel].max())  # one or two epochs in a loader's block
@@ -168,7 +169,7 @@ class MixtureWindows(SlidingWindowDataset):
         """The tokens of a window that crosses a shard boundary of its source (a new array)."""
         s = int(np.searchsorted(self._offsets, start, side="right")) - 1
         local = start - int(self._offsets[s])
-        return self.sources[s]._shards.read(local, local + self.max_length + 1)
+        return self.sources[s]._read(local, local + self.max_length + 1)
 
     def _window_starts(self, codes: np.ndarray) -> np.ndarray:
         """Where coded windows start in the sources' streams end to end: (B,) int64."""

@@ -14,6 +14,7 @@ import numbers
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -248,8 +249,8 @@ class SlidingWindowDataset(Dataset):
         self.stride = self.max_length if stride is None else check_positive_int("stride", stride)
         self.within_documents = check_bool("within_documents", within_documents)
         check_bool("verify", verify)
-        self._shards = None  # a ShardSet (paths only: maps are opened lazily in each process)
-        self._array = None  # an in-memory (N,) token array
+        self._shards: shard_reader.ShardSet | None = None  # paths only: maps are opened lazily in each process
+        self._array: np.ndarray | None = None  # an in-memory (N,) token array
         self._fingerprint: str | None = None
         if (source is None) == (text is None):
             raise TypeError(
@@ -275,7 +276,7 @@ class SlidingWindowDataset(Dataset):
             enc = get_tokenizer("gpt2") if tokenizer is None else tokenizer
             arr = encode_text(text, enc)
             self.source_kind = "text"
-            self.eot_token = int(getattr(enc, "eot_token", GPT2_EOT)) if eot_token is None else int(eot_token)
+            self.eot_token: int | None = int(getattr(enc, "eot_token", GPT2_EOT)) if eot_token is None else int(eot_token)
         else:
             _refuse("a token array", split=split, verify=verify, tokenizer=tokenizer)
             arr = _token_array(source)
@@ -411,19 +412,32 @@ class SlidingWindowDataset(Dataset):
         if self._shards is not None:
             self._shards.check_unchanged()
 
-    def _views(self) -> dict[int, np.ndarray]:
-        """This process's row views, one per segment, made on first use (so each worker opens its own maps)."""
+    def _views(self) -> dict[int | str, Any]:
+        """This process's row views, one per segment (key ``i``: an ndarray), and the segments as flat arrays
+        (key ``"flat"``: a list), made on first use (so each worker opens its own maps)."""
         pid, views = self.__dict__.get("_row_views", (None, None))
         if pid != os.getpid():
             views = {}
             self._row_views = (os.getpid(), views)
         return views
 
-    def _view(self, i: int, views: dict[int, np.ndarray]) -> np.ndarray:
+    def _segment(self, i: int) -> np.ndarray:
+        """Segment ``i``'s tokens: shard ``i``, or the in-memory array (the one segment)."""
+        if self._shards is not None:
+            return self._shards.tokens(i)
+        if self._array is None:  # the constructor sets one of the two
+            raise RuntimeError("this SlidingWindowDataset was not constructed (neither shards nor an array)")
+        return self._array
+
+    def _read(self, start: int, stop: int) -> np.ndarray:
+        """Tokens ``[start, stop)`` of the whole source, across shard boundaries (a new array across them)."""
+        return self._shards.read(start, stop) if self._shards is not None else self._segment(0)[start:stop]
+
+    def _view(self, i: int, views: dict[int | str, Any]) -> np.ndarray:
         """Segment ``i`` (a shard, or the array) seen as rows: ``view[j]`` = tokens ``[j, j + T + 1)``."""
         v = views.get(i)
         if v is None:
-            seg = self._array if self._shards is None else self._shards.tokens(i)
+            seg = self._segment(i)
             w = self.max_length + 1
             rows = max(0, len(seg) - w + 1)
             # A read-only strided view: a fancy row index on it gathers a whole batch in one call.
@@ -434,7 +448,7 @@ class SlidingWindowDataset(Dataset):
         return v
 
     def _flat(self, i: int, views: dict) -> np.ndarray:
-        seg = self._array if self._shards is None else self._shards.tokens(i)
+        seg = self._segment(i)
         return seg.view(np.ndarray)  # the same memory, without np.memmap's per-slice bookkeeping
 
     def row_pieces(self, starts: np.ndarray) -> list[np.ndarray]:
@@ -449,7 +463,7 @@ class SlidingWindowDataset(Dataset):
         if flat is None:
             flat = views["flat"] = [self._flat(i, views) for i in range(len(self._seg_len))]
         return [
-            flat[i][j : j + w] if ok else self._shards.read(a, a + w)
+            flat[i][j : j + w] if ok else self._read(a, a + w)
             for i, j, ok, a in zip(seg.tolist(), local.tolist(), inside.tolist(), starts.tolist())
         ]
 
@@ -482,7 +496,7 @@ class SlidingWindowDataset(Dataset):
         out = np.empty_like(rows_s)
         out[order] = rows_s
         for j in np.flatnonzero(~inside):  # the few windows that straddle a shard boundary
-            out[j] = self._shards.read(int(starts[j]), int(starts[j]) + w)
+            out[j] = self._read(int(starts[j]), int(starts[j]) + w)
         return out
 
     def gather(self, indices) -> tuple[torch.Tensor, torch.Tensor]:
@@ -572,6 +586,6 @@ class SlidingWindowDataset(Dataset):
             else:
                 a = np.ascontiguousarray(self._array)
                 h.update(str(a.dtype).encode() + b"\0")
-                h.update(memoryview(a).cast("B"))
+                h.update(a.data.cast("B"))
             self._fingerprint = h.hexdigest()
         return self._fingerprint

@@ -95,7 +95,7 @@ def find_inputs(inputs: Sequence[str | os.PathLike], *, format: str = "auto") ->
     check_format_name(format)
     if isinstance(inputs, (str, os.PathLike)):
         inputs = [inputs]
-    items: list[str] = [os.fspath(p) for p in inputs]  # type: ignore[misc]  # (str paths: bytes paths are refused)
+    items: list[str] = [os.fspath(p) for p in inputs]  # (str paths: bytes paths are refused)
     if not items:
         raise ValueError("no inputs: give files, folders, glob patterns, or - for standard input")
     if STDIN in items:

@@ -11,8 +11,14 @@ from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Callable
+from types import FrameType
+from typing import Any, Literal
 
 __all__ = ["DeferredInterrupt"]
+
+# what signal.signal returns: a handler, SIG_DFL/SIG_IGN (ints), or None (installed outside Python)
+_Handler = Callable[[int, FrameType | None], Any] | int | None
 
 
 class DeferredInterrupt:
@@ -21,7 +27,7 @@ class DeferredInterrupt:
 
     def __init__(self) -> None:
         self.requested = False
-        self._previous = None
+        self._previous: _Handler = None
 
     def __enter__(self) -> DeferredInterrupt:
         if (
@@ -31,12 +37,12 @@ class DeferredInterrupt:
             self._previous = signal.signal(signal.SIGINT, self._handle)
         return self
 
-    def _handle(self, signum, frame) -> None:
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
         if self.requested:  # asked twice: stop now
             raise KeyboardInterrupt
         self.requested = True
 
-    def __exit__(self, *exc) -> bool:
+    def __exit__(self, *exc: object) -> Literal[False]:
         if self._previous is not None:
             signal.signal(signal.SIGINT, self._previous)
         return False

@@ -165,7 +165,7 @@ class RangedFile(io.RawIOBase):
         self.pos = base + offset
         return self.pos
 
-    def readinto(self, b) -> int:  # type: ignore[no-untyped-def]  # (a writable buffer)
+    def readinto(self, b) -> int:  # (a writable buffer)
         data = self.source.read_at(self.pos, min(len(b), max(0, self.size - self.pos)))
         b[: len(data)] = data
         self.pos += len(data)

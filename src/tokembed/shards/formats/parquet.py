@@ -84,14 +84,14 @@ def open_parquet(src: OpenedInput):  # -> pyarrow.parquet.ParquetFile
         ) from None
 
 
-def _describe_columns(schema) -> str:  # type: ignore[no-untyped-def]  # (a pyarrow.Schema)
+def _describe_columns(schema) -> str:  # (a pyarrow.Schema)
     strings = [f.name for f in schema if _is_text_type(f.type)]
     if strings:
         return "its string columns are " + ", ".join(map(repr, strings))
     return "it has no string column (columns: " + ", ".join(f"{f.name} {f.type}" for f in schema) + ")"
 
 
-def text_column(pf, path: str, field: str) -> int:  # type: ignore[no-untyped-def]  # (a ParquetFile)
+def text_column(pf, path: str, field: str) -> int:  # (a ParquetFile)
     """Index of the leaf column ``field`` (a top-level string column, or a dictionary of strings). Raises ValueError
     listing the string columns when it is missing, nested, not strings, or named twice."""
     import pyarrow as pa
@@ -121,7 +121,7 @@ def text_column(pf, path: str, field: str) -> int:  # type: ignore[no-untyped-de
     return paths.index(field)
 
 
-def _strings(arr):  # type: ignore[no-untyped-def]  # pyarrow array -> string or large_string array
+def _strings(arr):  # pyarrow array -> string or large_string array
     import pyarrow as pa
 
     if pa.types.is_dictionary(arr.type):
@@ -131,7 +131,7 @@ def _strings(arr):  # type: ignore[no-untyped-def]  # pyarrow array -> string or
     return arr
 
 
-def _offsets(arr):  # type: ignore[no-untyped-def]  # a string array -> its (n + 1,) int64 offsets
+def _offsets(arr):  # a string array -> its (n + 1,) int64 offsets
     import numpy as np
     import pyarrow as pa
 
@@ -139,7 +139,7 @@ def _offsets(arr):  # type: ignore[no-untyped-def]  # a string array -> its (n +
     return np.frombuffer(arr.buffers()[1], dtype=dtype)[arr.offset : arr.offset + len(arr) + 1].astype(np.int64)
 
 
-def _packed(arr) -> bytes:  # type: ignore[no-untyped-def]
+def _packed(arr) -> bytes:
     """An Arrow string array's rows as ``int64 lengths (-1 for null) + values``."""
     import numpy as np
 
@@ -153,7 +153,7 @@ def _packed(arr) -> bytes:  # type: ignore[no-untyped-def]
     return lengths.astype("<i8").tobytes() + bytes(values)
 
 
-def _row_lengths(arr):  # type: ignore[no-untyped-def]  # pyarrow array -> (n,) int64
+def _row_lengths(arr):  # pyarrow array -> (n,) int64
     """Text bytes per row of an Arrow string (or dictionary-of-strings) array, 0 for a null, without decoding it."""
     import numpy as np
     import pyarrow as pa
@@ -168,7 +168,7 @@ def _row_lengths(arr):  # type: ignore[no-untyped-def]  # pyarrow array -> (n,) 
     return rows.astype(np.int64, copy=False)
 
 
-def _row_sizes(data: bytes, n: int):  # type: ignore[no-untyped-def]  # -> (n,) int64
+def _row_sizes(data: bytes, n: int):  # -> (n,) int64
     import numpy as np
 
     return np.maximum(np.frombuffer(data, "<i8", count=n), 0)  # (n,) bytes per row, 0 for null
@@ -239,7 +239,7 @@ def split_rows(span: RowSpan, part_bytes: int) -> list[RowSpan]:
     return out
 
 
-def _cuts(sizes, target: int) -> list[int]:  # type: ignore[no-untyped-def]  # sizes: (rows,) int64
+def _cuts(sizes, target: int) -> list[int]:  # sizes: (rows,) int64
     """Row counts where spans end: each holds at least ``target`` bytes (the row that fills it ends it), the last
     the rest."""
     import numpy as np
@@ -321,7 +321,7 @@ class ParquetPlan:
         chunk = self.pf.metadata.row_group(g).column(self.col)
         return chunk.has_dictionary_page or not set(chunk.encodings) <= _STORED
 
-    def _batches(self, g: int, size: int):  # type: ignore[no-untyped-def]
+    def _batches(self, g: int, size: int):
         """Batches of row group ``g``'s text column, about `BATCH_BYTES` of stored text each (``size``: the group's
         text bytes). A dictionary-encoded column comes as dictionary arrays: repeated values are not repeated in
         memory, however often they occur."""
