@@ -16,7 +16,6 @@ import numpy as np
 import torch
 
 from tokembed.inspection.table import EmbeddingTable, resolve_tokenizer
-from tokembed.tokenizer.base import special_tokens
 
 __all__ = ["table_with_counts", "token_counts"]
 
@@ -79,6 +78,6 @@ def token_counts(
             text = f.read_text(encoding="utf-8")
         except UnicodeDecodeError as e:
             raise ValueError(f"corpus file {f} is not UTF-8 text ({e}); pass the text the table was trained on") from e
-        ids = torch.tensor(enc.encode(text, allowed_special=set(special_tokens(enc))), dtype=torch.int64)
+        ids = torch.tensor(enc.encode(text, allowed_special=set(enc.special_tokens)), dtype=torch.int64)
         counts += torch.bincount(ids[ids < V], minlength=V)
     return counts

@@ -308,7 +308,9 @@ def load_checkpoint(path: str | os.PathLike, *, map_location: str | torch.device
     """Load a checkpoint written by ``tokembed train``.
 
     Returns:
-        (model, config): the ``GPT`` with its weights (in eval mode) and the parsed ``config.json``.
+        (model, config): the ``GPT`` with its weights (in eval mode) and the parsed ``config.json``. The
+        model's ``tokenizer_record`` is the training data's tokenizer (``"gpt2"`` for checkpoints that predate
+        the record), so ``EmbeddingTable.from_model(model)`` labels its rows with the right tokenizer.
     """
     path = Path(path)
     config = read_checkpoint_config(path)
@@ -330,4 +332,5 @@ def load_checkpoint(path: str | os.PathLike, *, map_location: str | torch.device
     verify_checkpoint(path)  # the weights load; still, not one bit may differ from what was saved
     model.to(map_location)
     model.eval()
+    model.tokenizer_record = config.get("tokenizer_record") or config.get("tokenizer", "gpt2")
     return model, config
