@@ -141,3 +141,44 @@ def test_a_lone_surrogate_in_a_corpus_prepared_with_a_tokenizer_json(tmp_path):
     tok = tokembed.get_tokenizer(path)
     shards = open_shards(tmp_path / "o")
     assert shards.read(0, shards.n_tokens).tolist() == [*tok.encode_ordinary("a\ufffdb hello"), tok.eot_token]
+
+
+# ------------------------------------------------------------------ advice on data of another tokenizer that works
+@pytest.fixture(scope="module")
+def bytes_run(tmp_path_factory, story):
+    """A checkpoint trained on `bytes` shards, and a gpt2 shard folder of the same text."""
+    root = tmp_path_factory.mktemp("advice")
+    (root / "s.txt").write_text(story[:6000], encoding="utf-8")
+    tokembed.prepare_corpus([root / "s.txt"], root / "bshards", tokenizer="bytes", workers=1, val_fraction=0.0)
+    tokembed.prepare_corpus([root / "s.txt"], root / "gshards", workers=1)
+    config = tokembed.TrainConfig(
+        data=str(root / "bshards"), out=str(root / "run"), max_length=16, batch_size=2, max_steps=2, warmup_steps=1
+    )
+    tokembed.train(config, tokembed.GPTConfig(context_length=16, dim=8, n_layers=1, n_heads=2), progress=False)
+    return root
+
+
+def test_inspect_corpus_of_another_tokenizer_gives_advice_that_works(bytes_run, capsys):
+    # The checkpoint's tokenizer is its own (--tokenizer is ignored for checkpoints): the advice is about the corpus.
+    argv = ["inspect", str(bytes_run / "run"), "undertrained", "--corpus", str(bytes_run / "gshards")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "was prepared with gpt2" in err and "the table" in err and "bytes" in err
+    assert "--tokenizer bytes" in err and "prepare" in err  # prepare the corpus with the table's tokenizer
+    assert "use --tokenizer" not in err
+
+
+def test_eval_on_data_of_another_tokenizer_gives_advice_that_works(bytes_run, capsys):
+    assert main(["eval", str(bytes_run / "run"), "--data", str(bytes_run / "gshards"), "--lengths", "16"]) == 2
+    err = capsys.readouterr().err
+    assert "trained on ids of bytes" in err and "gshards" in err and "gpt2" in err
+    assert "evaluate on data prepared with bytes" in err
+    assert "--tokenizer bytes" in err and "tokembed prepare" in err  # eval has no --tokenizer: prepare's
+    assert "resume" not in err and "train into a new --out" not in err and "use --tokenizer" not in err
+
+
+def test_eval_on_a_text_file_tokenizes_it_with_the_checkpoints_tokenizer(bytes_run):
+    from tokembed.training.evaluation import evaluate
+
+    rows = evaluate(bytes_run / "run", lengths=[16], data=str(bytes_run / "s.txt"), max_windows=4)
+    assert rows[0]["windows"] == 4 and rows[0]["loss"] > 0  # bytes ids, not GPT-2's (which this model cannot read)

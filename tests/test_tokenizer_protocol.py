@@ -299,3 +299,31 @@ def test_an_installed_package_declares_one_the_command_finds_without_an_import(t
     assert manifest["tokenizer"]["source"] == "chars-plugin" and manifest["tokenizer"]["n_vocab"] == 99
     checked = run("check", str(tmp_path / "o"))
     assert checked.returncode == 0, checked.stderr + checked.stdout
+
+
+@pytest.mark.slow
+def test_workers_started_by_spawn_register_it_again(chars, corpus, tmp_path, monkeypatch):
+    root, docs = corpus
+    tokembed.prepare_corpus([root / "docs.jsonl"], tmp_path / "fork", tokenizer="chars", workers=1, shard_mb=0.004)
+    monkeypatch.setenv("TOKEMBED_START_METHOD", "spawn")  # macOS and Windows: nothing is inherited
+    tokembed.prepare_corpus([root / "docs.jsonl"], tmp_path / "spawn", tokenizer="chars", workers=2, shard_mb=0.004)
+    assert _decoded(tmp_path / "spawn") == _decoded(tmp_path / "fork")
+    tokembed.register_tokenizer("chars", lambda: CharTokenizer(), replace=True)  # a lambda cannot travel
+    with pytest.raises(ValueError, match=r"'chars' was registered with <function .*cannot be sent to worker processes"):
+        tokembed.prepare_corpus([root / "docs.jsonl"], tmp_path / "lambda", tokenizer="chars", workers=2)
+
+
+@pytest.mark.slow
+def test_ray_tasks_register_it_again(chars, corpus, tmp_path):
+    ray = pytest.importorskip("ray")
+    root, _ = corpus
+    tokembed.prepare_corpus([root / "docs.jsonl"], tmp_path / "local", tokenizer="chars", workers=1, shard_mb=0.004)
+    here = {"env_vars": {"PYTHONPATH": str(Path(__file__).parent)}}  # Ray's workers import the builder's module
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env=here)
+    try:
+        tokembed.prepare_corpus(
+            [root / "docs.jsonl"], tmp_path / "ray", tokenizer="chars", engine="ray", shard_mb=0.004
+        )
+    finally:
+        ray.shutdown()
+    assert _decoded(tmp_path / "ray") == _decoded(tmp_path / "local")

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from tokembed.inspection.table import EmbeddingTable, resolve_tokenizer
+from tokembed.tokenizer.base import Tokenizer, TokenizerMismatch
 
 __all__ = ["table_with_counts", "token_counts"]
 
@@ -24,12 +25,22 @@ def table_with_counts(table: EmbeddingTable, *, corpus=None, min_count: int | No
     """``table`` with the counts of ``corpus`` when one is given (else its own), and ``min_count`` if given."""
     if corpus is None:
         return table if min_count is None else table.with_min_count(min_count)
-    counts = token_counts(corpus, tokenizer=table.tokenizer, vocab_size=table.vocab_size)
+    try:
+        counts = token_counts(corpus, tokenizer=table.tokenizer, vocab_size=table.vocab_size)
+    except TokenizerMismatch as e:  # the table's tokenizer is its own (a checkpoint's): the corpus must change
+        raise e.with_advice(
+            f"the table ({table.source or 'in memory'}) holds ids of {e.asked.source}: count a corpus prepared with it "
+            f"(tokembed prepare TEXT --out DIR --tokenizer {e.asked.source}), or the text it was trained on"
+        ) from None
     return table.with_counts(counts, f"corpus {corpus}", min_count=min_count)
 
 
 def token_counts(
-    corpus: str | Path, *, tokenizer="gpt2", vocab_size: int | None = None, progress: bool = False
+    corpus: str | Path,
+    *,
+    tokenizer: str | Path | Tokenizer | None = "gpt2",
+    vocab_size: int | None = None,
+    progress: bool = False,
 ) -> torch.Tensor:
     """(V,) how many times each token id occurs in a corpus.
 

@@ -159,14 +159,11 @@ class ShardSet:
 
 def expect_tokenizer(root: Path, recorded: TokenizerIdentity, tokenizer: Any) -> None:
     """Raise when the data in ``root`` was made with another tokenizer than ``tokenizer``."""
-    from tokembed.tokenizer import get_tokenizer, tokenizer_identity
+    from tokembed.tokenizer import TokenizerMismatch, get_tokenizer, tokenizer_identity
 
     asked = tokenizer_identity(get_tokenizer(tokenizer))
     if not asked.same_ids(recorded):
-        raise ValueError(
-            f"{root} was prepared with {recorded.describe()}, but {asked.describe()} was asked for; "
-            f"use --tokenizer {recorded.source}, or prepare the corpus again with {asked.source}"
-        )
+        raise TokenizerMismatch(str(root), recorded, asked)
 
 
 def open_shards(

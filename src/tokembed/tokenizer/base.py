@@ -19,6 +19,7 @@ __all__ = [
     "REQUIRED_MEMBERS",
     "Tokenizer",
     "TokenizerIdentity",
+    "TokenizerMismatch",
     "encode_ordinary_batch",
     "encode_with_specials",
     "missing_members",
@@ -283,3 +284,30 @@ def encode_with_specials(
         ids.append(specials[m.group()])
         start = m.end()
     return ids + encode_ordinary(text[start:])
+
+
+class TokenizerMismatch(ValueError):
+    """Data made with one tokenizer, opened for another: the message names both and what to do.
+
+    Callers that know the context (a command, a checkpoint) re-raise it with their own advice
+    (`with_advice`): a hint that names an option the command does not have is no help.
+
+    Attributes:
+        data: the folder (or prefix) holding the data.
+        recorded: the tokenizer the data was made with.
+        asked: the tokenizer asked for.
+    """
+
+    def __init__(self, data: str, recorded: TokenizerIdentity, asked: TokenizerIdentity, advice: str | None = None):
+        self.data, self.recorded, self.asked = data, recorded, asked
+        advice = advice or (
+            f"open it with tokenizer {recorded.source!r} (--tokenizer {recorded.source}), or prepare the corpus again "
+            f"with {asked.source}"
+        )
+        super().__init__(
+            f"{data} was prepared with {recorded.describe()}, but {asked.describe()} was asked for; {advice}"
+        )
+
+    def with_advice(self, advice: str) -> TokenizerMismatch:
+        """The same mismatch, with another way out."""
+        return TokenizerMismatch(self.data, self.recorded, self.asked, advice)

@@ -189,9 +189,34 @@ def unregister_tokenizer(name: str) -> None:
         _forget(name)
 
 
-def registered_entry(name: str) -> TokenizerEntry | None:
-    """This process's registration of ``name`` (for workers started by spawn: they re-register it)."""
-    return _registered.get(name)
+def registration_for_workers(name: str) -> TokenizerEntry | None:
+    """This process's registration of ``name``, for worker processes that do not inherit it (started by spawn,
+    or Ray tasks): they register it again (`restore_registration`). None for built-in names, files and entry
+    points (every process finds those itself).
+
+    Raises:
+        ValueError: its builder cannot be sent to another process (a lambda or a local function): says what to do.
+    """
+    import pickle
+
+    entry = _registered.get(name)
+    if entry is None or entry.package != "registered in this process":
+        return None
+    try:
+        pickle.dumps(entry)
+    except (pickle.PicklingError, AttributeError, TypeError) as e:
+        raise ValueError(
+            f"tokenizer {name!r} was registered with {entry.build!r}, which cannot be sent to worker processes ({e}); "
+            "register a function or class defined at module level, declare it as an entry point in "
+            f"{ENTRY_POINT_GROUP!r}, or prepare with --workers 1"
+        ) from None
+    return entry
+
+
+def restore_registration(entry: TokenizerEntry | None) -> None:
+    """Register, in a worker process, what `registration_for_workers` sent (a no-op for None or a known name)."""
+    if entry is not None and entry.name not in _registered:
+        register_tokenizer(entry.name, entry.build, where=entry.where, description=entry.description)
 
 
 @functools.cache
