@@ -327,3 +327,29 @@ def test_ray_tasks_register_it_again(chars, corpus, tmp_path):
     finally:
         ray.shutdown()
     assert _decoded(tmp_path / "ray") == _decoded(tmp_path / "local")
+
+
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "tokenizers.md"
+
+
+def test_the_documented_example_runs_as_written(tmp_path, monkeypatch, story):
+    text = DOCS.read_text(encoding="utf-8")
+    code = text.split("A complete example", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "story.txt").write_text(story.lower()[:3000], encoding="utf-8")
+    try:
+        exec(compile(code, str(DOCS), "exec"), {})
+        tok = tokembed.get_tokenizer("chars")
+        manifest = json.loads((tmp_path / "shards" / "manifest.json").read_text())
+        assert manifest["tokenizer"]["source"] == "chars" and manifest["tokenizer"]["n_vocab"] == tok.n_vocab
+        assert tokembed.tokenizer.tokenizer_identity(tokembed.get_tokenizer("chars", alphabet="abc ")).options == (
+            ("alphabet", "abc "),
+        )
+    finally:
+        tokembed.tokenizer.unregister_tokenizer("chars")
+
+
+def test_the_documented_table_lists_every_built_in_tokenizer():
+    rows = [line for line in DOCS.read_text(encoding="utf-8").splitlines() if line.startswith("| `")]
+    named = [line.split("`")[1] for line in rows]
+    assert [n for n in named if n in tokembed.tokenizer.registry.BUILTIN] == list(tokembed.tokenizer.registry.BUILTIN)
