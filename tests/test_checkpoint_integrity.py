@@ -94,17 +94,20 @@ def test_checkpoints_without_checksums_still_name_a_damaged_file(ckpt, name, dam
         train(cfg(ckpt.parent, max_steps=3), resume=True, progress=False)
 
 
-def test_files_follow_the_umask_and_killed_saves_leave_nothing_behind(ckpt):
+def test_files_follow_the_umask_and_a_folder_named_like_a_killed_save_is_kept(ckpt):
     mask = os.umask(0)
     os.umask(mask)
     assert ckpt.stat().st_mode & 0o777 == 0o777 & ~mask  # was 0700 (mkdtemp)
     assert {p.name: p.stat().st_mode & 0o777 for p in ckpt.iterdir()} == dict.fromkeys(
         [p.name for p in ckpt.iterdir()], 0o666 & ~mask
     )
-    (ckpt.parent / "run.tmp-killed").mkdir()  # a save killed before its renames
+    # Named like a killed save, but without tokembed's marker: a user's folder, kept (a real killed save is
+    # removed: tests/test_checkpoint_safety.py). The previous checkpoint is kept beside (--keep, default 3).
+    (ckpt.parent / "run.tmp-killed").mkdir()
     (ckpt.parent / "run.tmp-killed" / "model.safetensors").write_bytes(b"partial")
     train(cfg(ckpt.parent, max_steps=3), resume=True, progress=False)
-    assert sorted(p.name for p in ckpt.parent.iterdir()) == ["run"]
+    assert sorted(p.name for p in ckpt.parent.iterdir()) == ["run", "run.step-0000002", "run.tmp-killed"]
+    assert (ckpt.parent / "run.tmp-killed" / "model.safetensors").read_bytes() == b"partial"
 
 
 def test_python_resume_after_a_save_killed_between_its_renames_names_the_old_folder(ckpt):

@@ -44,11 +44,15 @@ def small(positional="learned", **kw):
         (dict(context_length=0), ValueError, r"context_length must be >= 1, got 0"),
         (dict(dropout=1.0), ValueError, r"dropout must be a float in \[0, 1\), got 1.0"),
         (
-            dict(rope_scaling="dynamic"),
+            dict(positional="rope", positional_options={"scaling": "dynamic"}),
             ValueError,
             r"rope_scaling must be None or one of linear, ntk, yarn, llama3, got 'dynamic'",
         ),
-        (dict(positional="rope", rope_fraction=0.1), ValueError, r"fraction 0.1 of head_dim 16 gives 1 rotated"),
+        (
+            dict(positional="rope", positional_options={"fraction": 0.1}),
+            ValueError,
+            r"fraction 0.1 of head_dim 16 gives 1 rotated",
+        ),
         (dict(n_layers=2.5), TypeError, r"n_layers must be an integer >= 1, got 2.5"),
     ],
 )

@@ -485,7 +485,9 @@ def test_partial_rope_rotates_the_first_part_and_passes_the_rest(fraction, t):
 
 def test_a_gpt_with_partial_rope_and_yarn_runs_past_its_length():
     model = tokembed.GPT(
-        tokembed.GPTConfig(vocab_size=50, context_length=8, dim=32, n_heads=2, positional="rope", rope_fraction=0.5)
+        tokembed.GPTConfig(
+            vocab_size=50, context_length=8, dim=32, n_heads=2, positional="rope", positional_options={"fraction": 0.5}
+        )
     )
     rope = model.positional
     assert rope.rotary_dim == 8 and rope.original_length == 8

@@ -167,7 +167,7 @@ def test_ids_that_do_not_fit_are_refused_and_nothing_is_written(tmp_path):
     with pytest.raises(
         ValueError, match=r"token id 70000 at offset 0 of split 'train' .* does not fit nanoGPT's uint16"
     ):
-        export_nanogpt(tmp_path / "s", tmp_path / "nano", overwrite=True)
+        export_nanogpt(tmp_path / "s", tmp_path / "nano", split="train", overwrite=True)
     assert (tmp_path / "nano" / "train.bin").read_bytes() == b"old"  # the old file stays whole
     assert sorted(p.name for p in (tmp_path / "nano").iterdir()) == ["train.bin"]  # no temporary left
     write_shards(tmp_path / "s2", counting_docs([[20, 3]]))
@@ -191,5 +191,5 @@ def test_a_negative_id_of_a_signed_megatron_dataset_is_refused(tmp_path):
     builder.add_document(torch.tensor([1, -3, EOT]), lengths=[3])
     builder.finalize(str(tmp_path / "m.idx"))
     with pytest.raises(ValueError, match=r"token id -3 at offset 1 of split 'train' .* \(ids 0 to 65535\)"):
-        export_nanogpt(tmp_path / "m", tmp_path / "nano")
+        export_nanogpt(tmp_path / "m", tmp_path / "nano", split="train")
     assert not (tmp_path / "nano").exists() or not list((tmp_path / "nano").iterdir())

@@ -89,7 +89,8 @@ def test_checkpoint_layout_and_round_trip(tmp_path):
     assert [r["step"] for r in log["val"]] == [3, 6]
     assert (ckpt / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (ckpt / "optimizer.pt").exists() and "loader" in json.loads((ckpt / "state.json").read_text())
-    assert not list(tmp_path.glob("run.*"))  # no temporary or old directories left
+    # no temporary or old directories left; the earlier checkpoint (step 3) is kept beside it (--keep, default 3)
+    assert sorted(p.name for p in tmp_path.glob("run.*")) == ["run.step-0000003"]
     model, _ = load_checkpoint(ckpt)
     assert model.head.weight is model.embed.token.weight
     ids = torch.randint(0, 50257, (2, 16))
@@ -376,9 +377,8 @@ def test_cli_model_options_reach_the_checkpoint(tmp_path, capsys):
     ]
     assert main(args) == 0
     model = json.loads((out / "config.json").read_text())["model"]
-    assert (model["t5_num_buckets"], model["t5_max_distance"], model["document_mask"], model["eot_token"]) == (
-        8,
-        20,
+    assert (model["positional_options"], model["document_mask"], model["eot_token"]) == (
+        {"num_buckets": 8, "max_distance": 20},
         True,
         50256,
     )

@@ -52,6 +52,9 @@ _PUBLIC = {
     "ALiBi": "embeddings",
     "T5RelativeBias": "embeddings",
     "ShawRelativePositions": "embeddings",
+    "PositionalScheme": "embeddings.scheme",
+    "register_scheme": "embeddings.names",
+    "scheme_names": "embeddings.names",
     # embeddings -> model
     "GPT": "model.gpt",
     "GPTConfig": "model.config",

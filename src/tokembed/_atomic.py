@@ -8,9 +8,13 @@ survives a crash. A reader sees the old file or the new one, never a part.
 from __future__ import annotations
 
 import contextlib
+import glob
 import json
 import os
+import re
 import tempfile
+import warnings
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +27,19 @@ __all__ = [
     "atomic_write_json",
     "check_target",
     "fsync_dir",
+    "interrupted_commit",
     "is_temp_file",
+    "MARKER",
+    "read_marker",
+    "recover_staged",
+    "remove_marked",
+    "remove_unmarked_start",
+    "staged_files",
+    "write_marker",
 ]
+
+MARKER = ".tokembed-marker.json"
+_MARKER_FORMAT = "tokembed-marker"
 
 
 def fsync_dir(path: str | os.PathLike) -> None:
@@ -104,3 +119,164 @@ def atomic_create(path: str | os.PathLike, mode: str = "w", *, overwrite: bool =
     check_target(Path(path), overwrite)
     with atomic_open(path, mode) as f:
         yield f
+
+
+# ----------------------------------------------------------------------------------------- marked folders
+
+
+def write_marker(folder: Path, *, name: str | None = None, **record: Any) -> None:
+    """Mark ``folder`` as made by tokembed: ``MARKER`` holds ``record`` and the folder's own name (or ``name``, the
+    one it is about to be renamed to: until then the marker is inert)."""
+    atomic_write_json(folder / MARKER, {**record, "format": _MARKER_FORMAT, "folder": name or folder.name})
+
+
+def read_marker(folder: Path) -> dict[str, Any] | None:
+    """The marker of ``folder`` when tokembed made this very folder, else None (no marker, a damaged one, or
+    one naming another folder: a copy the user made keeps the original's marker, which names the original)."""
+    if folder.is_symlink() or not folder.is_dir():
+        return None
+    try:
+        marker = json.loads((folder / MARKER).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    ok = isinstance(marker, dict) and marker.get("format") == _MARKER_FORMAT and marker.get("folder") == folder.name
+    return marker if ok else None
+
+
+_MKDTEMP = re.compile(r"[a-z0-9_]{8}")  # the random part of tempfile.mkdtemp's names
+
+
+def remove_unmarked_start(folder: Path, prefix: str) -> bool:
+    """Remove ``folder`` if it is one of tokembed's ``mkdtemp(prefix=prefix)`` folders killed before its marker was
+    in place: its name is ``prefix`` and mkdtemp's 8 random characters, and it holds nothing but a temporary file
+    of the marker (so nothing of anyone's is lost). Returns whether it was removed."""
+    if not (folder.name.startswith(prefix) and _MKDTEMP.fullmatch(folder.name[len(prefix) :])):
+        return False
+    if folder.is_symlink() or not folder.is_dir() or (folder / MARKER).exists():
+        return False
+    entries = list(folder.iterdir())
+    if not all(is_temp_file(p.name) and p.name[1:].startswith(MARKER) and p.is_file() for p in entries):
+        return False
+    for p in entries:
+        p.unlink()
+    folder.rmdir()
+    return True
+
+
+def remove_marked(folder: Path, own: Iterable[str]) -> bool:
+    """Delete the files named ``own`` in a folder tokembed marked, then its marker and the folder itself.
+
+    Anything else in it (a file the user put there) is left where it is, with the marker, and a warning names
+    it. Returns whether the folder is gone.
+    """
+    names = set(own) - {MARKER}
+    for name in names:
+        p = folder / name
+        if "/" not in name and (p.is_file() or p.is_symlink()):  # a link: only the link goes
+            p.unlink()
+    for p in folder.iterdir():  # temporary files of its atomic writes (a marker being rewritten)
+        if is_temp_file(p.name) and p.name[1:].startswith(MARKER):
+            p.unlink(missing_ok=True)
+    others = sorted(p.name for p in folder.iterdir() if p.name != MARKER)
+    if others:
+        more = f", ... ({len(others)} in all)" if len(others) > 5 else ""
+        warnings.warn(
+            f"kept {folder}: it holds files tokembed did not write there ({', '.join(others[:5])}{more}); "
+            "move them out and delete the folder when they are safe",
+            stacklevel=3,
+        )
+        return False
+    (folder / MARKER).unlink(missing_ok=True)
+    folder.rmdir()
+    return True
+
+
+# ----------------------------------------------------------------------------------------- file sets
+
+
+def _stages(parent: Path, key: str) -> list[tuple[Path, dict[str, Any]]]:
+    """The staging folders of ``key`` in ``parent`` that tokembed made, with their markers."""
+    if not parent.is_dir():
+        return []
+    found = []
+    for p in sorted(parent.glob(f".{glob.escape(key)}.staging-*")):  # the name finds, the marker decides
+        if remove_unmarked_start(p, f".{key}.staging-"):
+            continue
+        marker = read_marker(p)
+        if marker is not None and marker.get("role") == "staging" and marker.get("key") == key:
+            found.append((p, marker))
+    return found
+
+
+def interrupted_commit(parent: Path, key: str) -> Path | None:
+    """A staging folder of ``key`` whose renames were interrupted (its files complete, some not yet in place)."""
+    return next((p for p, m in _stages(parent, key) if m.get("state") == "committing"), None)
+
+
+def _commit(stage: Path, targets: Sequence[Path], remove: Sequence[Path]) -> None:
+    """Rename the staged files to ``targets``; the last target is removed first and renamed last, so that the set
+    exists (its last file is there) only when every file of it is the new one."""
+    last = targets[-1]
+    if (stage / last.name).exists():  # not yet renamed: any file at ``last`` is the old set's
+        last.unlink(missing_ok=True)
+        for p in remove:
+            p.unlink(missing_ok=True)
+    for t in targets:
+        if (stage / t.name).exists():
+            os.replace(stage / t.name, t)
+    fsync_dir(last.parent)
+
+
+def recover_staged(parent: Path, key: str) -> bool:
+    """Finish what killed `staged_files` runs of ``key`` left in ``parent``: a commit that had begun is completed
+    (its files were whole and synced before the first rename); a set still being written is removed.
+
+    Returns:
+        Whether an interrupted commit was completed (its files are now in place).
+    """
+    finished = False
+    for stage, marker in _stages(parent, key):
+        targets = [parent / n for n in marker.get("files", []) if isinstance(n, str) and "/" not in n]
+        if marker.get("state") == "committing" and targets:
+            remove = [parent / n for n in marker.get("remove", []) if isinstance(n, str) and "/" not in n]
+            _commit(stage, targets, remove)
+            finished = True
+        remove_marked(stage, [t.name for t in targets])
+    return finished
+
+
+@contextlib.contextmanager
+def staged_files(targets: Sequence[Path], *, key: str, remove: Sequence[Path] = ()) -> Iterator[dict[Path, Path]]:
+    """Write files that must change together: yields ``{target: where to write it}``, all in one hidden staging
+    folder beside the targets; when the block ends without error every file is synced and the set is renamed into
+    place (`_commit`: the last target last), and the files ``remove`` of an older set are deleted. On an error
+    nothing at the targets has changed and the staging folder is gone.
+
+    Args:
+        targets: the files, all in one folder; the last one is the file whose presence makes the set exist
+            (Megatron's ``.idx``: readers open it first).
+        key: names the set's staging folders (``.KEY.staging-XXXX``), so the next run finds and finishes them.
+        remove: files of an older set that the new set does not have (they go with the old set).
+    """
+    parent = targets[0].parent
+    stage = Path(tempfile.mkdtemp(prefix=f".{key}.staging-", dir=parent))
+    names = [t.name for t in targets]
+    record: dict[str, Any] = {"role": "staging", "key": key, "files": names, "remove": [p.name for p in remove]}
+    committing = False
+    try:
+        write_marker(stage, **record, state="writing")
+        yield {t: stage / t.name for t in targets}
+        for t in targets:
+            with open(stage / t.name, "rb") as f:
+                os.fsync(f.fileno())
+            os.chmod(stage / t.name, 0o666 & ~_umask())
+        fsync_dir(stage)
+        committing = True  # from here on the staged files are the truth: a rerun finishes the renames
+        write_marker(stage, **record, state="committing")
+        _commit(stage, targets, remove)
+    except BaseException:
+        if not committing:
+            with contextlib.suppress(OSError):
+                remove_marked(stage, names)
+        raise
+    remove_marked(stage, names)

@@ -46,7 +46,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    try:
+        parser = build_parser()  # loads the plugins (TOKEMBED_PLUGINS, entry points) that add schemes and options
+    except ImportError as e:
+        if os.environ.get("TOKEMBED_DEBUG"):
+            raise
+        print(f"tokembed: error: {e}", file=sys.stderr)
+        return 2
     args = parser.parse_args(argv)
     try:
         code = int(args.func(args) or 0)

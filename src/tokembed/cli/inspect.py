@@ -271,18 +271,19 @@ def _cmd_export_shards(args) -> int:
     """``tokembed export SHARDS --format megatron|nanogpt OUT``: token data for other trainers (no torch)."""
     from tokembed.shards.export import export_shards
 
-    result = export_shards(args.source, args.output, format=args.format, overwrite=args.force)
+    result = export_shards(args.source, args.output, format=args.format, split=args.split, overwrite=args.force)
     if args.format == "megatron":
-        print(
-            f"wrote {result['prefix']}.bin/.idx: {result['documents']:,} documents, {result['tokens']:,} tokens ({result['dtype']})"
-        )
+        for split, r in result.get("splits", {"": result}).items():
+            print(
+                f"wrote {r['prefix']}.bin/.idx: {r['documents']:,} documents, {r['tokens']:,} tokens ({r['dtype']})"
+                + (f" of the {split} split" if split else "")
+            )
         return 0
     for split, f in result["files"].items():
         print(f"wrote {f['path']}: {f['tokens']:,} tokens of the {split} split")
+    print(f"wrote {result['meta']} (vocab_size for nanoGPT's train.py)")
     if "val" not in result["files"]:
-        print(
-            f"note: {args.source} has no val split, so no val.bin (nanoGPT's train.py reads one); prepare with --val-fraction"
-        )
+        print(f"note: no val.bin (--split {args.split}); nanoGPT's train.py reads one")
     return 0
 
 
@@ -486,6 +487,12 @@ def _register_export(subparsers) -> None:
     e.add_argument("--corpus", help="count tokens in this text / folder / shard folder instead of the recorded counts")
     e.add_argument("--positions", action="store_true", help="export the position vectors instead of the token vectors")
     e.add_argument("--tokenizer", default="gpt2", help="tokenizer of tables that do not name one")
+    e.add_argument(
+        "--split",
+        choices=["train", "val", "all"],
+        help="the shard split(s) to export: megatron default train (all: OUT_train and OUT_val), "
+        "nanogpt default all (train.bin and val.bin)",
+    )
     e.add_argument("--force", action="store_true", help="replace existing files")
     e.set_defaults(func=_cmd_export)
 

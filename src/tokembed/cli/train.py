@@ -8,10 +8,8 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
-from tokembed.embeddings.names import (
-    POSITIONAL_NAMES,
-    ROPE_SCALINGS,
-)  # torch-free: building the parser never imports torch
+# torch-free: building the parser never imports torch
+from tokembed.embeddings.names import ROPE_SCALINGS, positional_scheme, scheme_names
 
 
 def _lengths(text: str) -> list[int]:
@@ -62,6 +60,7 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
         help="tokenizer of a text file (default gpt2; `tokembed tokenizers` lists them); a shard folder uses its manifest's",
     )
     _add_model_options(p.add_argument_group("model (ignored with --resume: taken from the checkpoint)"))
+    add_scheme_options(p)
     _add_training_options(
         p.add_argument_group("training (default: the checkpoint's values with --resume, else TrainConfig's)")
     )
@@ -75,7 +74,7 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
 def _add_model_options(m) -> None:
     m.add_argument(
         "--positional",
-        choices=POSITIONAL_NAMES,
+        choices=scheme_names(),
         metavar="SCHEME",
         help="positional scheme: %(choices)s (default learned)",
     )
@@ -85,19 +84,57 @@ def _add_model_options(m) -> None:
     m.add_argument("--heads", type=int, dest="n_heads", help="attention heads (default 4)")
     m.add_argument("--dropout", type=float, help="dropout (default 0)")
     m.add_argument("--no-tie", action="store_true", help="separate output head instead of the token table")
-    m.add_argument("--rope-base", type=float, help="RoPE frequency base (default 10000)")
-    m.add_argument(
-        "--rope-fraction", type=float, help="partial RoPE: share of each head's dimensions rotated (default 1: all)"
-    )
-    m.add_argument("--t5-buckets", type=int, dest="t5_num_buckets", help="T5 relative-position buckets (default 32)")
-    m.add_argument("--t5-max-distance", type=int, help="T5: distances beyond this share the last bucket (default 128)")
-    m.add_argument("--shaw-max-distance", type=int, help="Shaw: relative distances are clipped to this (default 16)")
     m.add_argument(
         "--document-mask",
         action="store_true",
         default=None,
         help="keep packed documents apart: attend only within a document, positions restart after <|endoftext|>",
     )
+
+
+def add_scheme_options(p: argparse.ArgumentParser) -> None:
+    """One argument group per registered scheme with options: ``--<scheme>-<option>`` for each field of its
+    options dataclass (and the field's aliases, such as 0.1's ``--t5-buckets``), help and defaults from it."""
+    for name in scheme_names():
+        scheme = positional_scheme(name)
+        specs = scheme.option_specs()
+        if not specs:
+            continue
+        g = p.add_argument_group(f"{name} positions (with --positional {name}): {scheme.summary}".rstrip(": "))
+        for spec in specs:
+            try:
+                g.add_argument(
+                    *spec.flags,
+                    dest=_scheme_dest(name, spec.name),
+                    type=spec.parse,
+                    choices=spec.choices,
+                    metavar=None if spec.choices else spec.parse.__name__.upper(),
+                    help=spec.help,
+                )
+            except argparse.ArgumentError as e:
+                raise ValueError(
+                    f"positional scheme {name!r}: option {spec.name!r} clashes with another option ({e}); rename it"
+                ) from None
+
+
+def _scheme_dest(scheme: str, option: str) -> str:
+    return f"positional option {scheme} {option}"  # no other argument can be called this
+
+
+def scheme_options(args: argparse.Namespace, positional: str) -> dict:
+    """The options given on the command line for the scheme ``positional``; raises for another scheme's."""
+    given: dict = {}
+    for name in scheme_names():
+        for spec in positional_scheme(name).option_specs():
+            value = getattr(args, _scheme_dest(name, spec.name), None)
+            if value is None:
+                continue
+            if name != positional:
+                raise ValueError(
+                    f"{spec.flags[0]} is an option of --positional {name}, but this model uses {positional}"
+                )
+            given[spec.name] = value
+    return given
 
 
 def _add_training_options(t) -> None:
@@ -114,6 +151,13 @@ def _add_training_options(t) -> None:
     t.add_argument("--eval-interval", type=int)
     t.add_argument("--eval-batches", type=int)
     t.add_argument("--checkpoint-interval", type=int)
+    t.add_argument(
+        "--keep",
+        type=int,
+        dest="keep_checkpoints",
+        metavar="N",
+        help="keep the last N checkpoints: the latest in --out, the N-1 before it beside it as OUT.step-NNNNNNN (default 3)",
+    )
     t.add_argument("--seed", type=int)
     t.add_argument(
         "--init-embeddings",
@@ -177,8 +221,8 @@ def _add_experiment(sub: argparse._SubParsersAction) -> None:
     pos.add_argument(
         "--schemes",
         type=_names,
-        default=list(POSITIONAL_NAMES),
-        help=f"comma-separated (default all: {','.join(POSITIONAL_NAMES)})",
+        default=None,
+        help=f"comma-separated (default all: {','.join(scheme_names())})",
     )
     pos.add_argument("--tokenizer", help="tokenizer for a text file (default gpt2; bytes: 257 ids, fast)")
     pos.add_argument("--train-length", type=int, help="training window (default 32)")
@@ -262,20 +306,9 @@ def run_train(args: argparse.Namespace) -> int:
             # Windows as long as the model's context unless asked otherwise (never longer).
             given["max_length"] = min(args.context_length, TrainConfig.__dataclass_fields__["max_length"].default)
         config = TrainConfig(data=data, out=str(args.out), **given)
-        names = (
-            "positional",
-            "dim",
-            "n_layers",
-            "n_heads",
-            "dropout",
-            "rope_base",
-            "rope_fraction",
-            "t5_num_buckets",
-            "t5_max_distance",
-            "shaw_max_distance",
-            "document_mask",
-        )
+        names = ("positional", "dim", "n_layers", "n_heads", "dropout", "document_mask")
         model_args = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
+        model_args["positional_options"] = scheme_options(args, args.positional or GPTConfig.positional)
         tok = data_tokenizer(config.data, tokenizer=config.tokenizer)  # the vocabulary comes from the data
         model_config = GPTConfig(
             context_length=args.context_length or config.max_length,
@@ -338,7 +371,9 @@ def run_experiment(args: argparse.Namespace) -> int:
         options = {**QUICK, **options}
     if "multiples" in options:
         options["multiples"] = tuple(options["multiples"])
-    config = PositionsExperiment(data=args.data, out=str(args.out), schemes=tuple(args.schemes), **options)
+    if args.schemes is not None:
+        options["schemes"] = tuple(args.schemes)
+    config = PositionsExperiment(data=args.data, out=str(args.out), **options)
     doc = run_positions_experiment(config, progress=_show_progress(args))
     from tokembed.training.experiment import format_table
 

@@ -6,6 +6,8 @@ import torch
 from torch import nn
 
 from tokembed._checks import check_index_tensor, check_positive_int
+from tokembed.embeddings.names import NoOptions
+from tokembed.embeddings.scheme import ModelShape
 
 
 class LearnedPositionalEmbedding(nn.Embedding):
@@ -21,6 +23,11 @@ class LearnedPositionalEmbedding(nn.Embedding):
         check_positive_int("context_length", context_length)
         check_positive_int("dim", dim)
         super().__init__(context_length, dim)
+
+    @classmethod
+    def from_options(cls, options: NoOptions, shape: ModelShape) -> LearnedPositionalEmbedding:
+        """The ``learned`` scheme's builder: one row per position of the context."""
+        return cls(check_positive_int("context_length", shape.context_length), shape.dim)
 
     @property
     def context_length(self) -> int:

@@ -7,12 +7,17 @@ are, never where they are, so nothing limits the length a model reads.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from typing import cast
 
 import torch
 from torch import nn
 
 from tokembed._checks import check_positive_int
 from tokembed.embeddings.interface import AttentionPositional, relative_positions
+from tokembed.embeddings.names import NoOptions, ShawOptions, T5Options
+from tokembed.embeddings.pictures import Curve, PositionPicture, score_bias_picture
+from tokembed.embeddings.scheme import ModelShape
 
 
 def alibi_slopes(n_heads: int) -> torch.Tensor:
@@ -44,12 +49,23 @@ class ALiBi(AttentionPositional):
         self.n_heads = check_positive_int("n_heads", n_heads)
         self.register_buffer("slopes", alibi_slopes(n_heads), persistent=False)
 
+    @classmethod
+    def from_options(cls, options: NoOptions, shape: ModelShape) -> ALiBi:
+        """The ``alibi`` scheme's builder: a slope per head."""
+        return cls(shape.n_heads)
+
     def score_bias(self, q: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
         dist = relative_positions(q_pos, k_pos).abs().to(q.dtype)  # (B,Tq,Tk); |.| so that restarted ids stay penalised
         return -dist.unsqueeze(1) * self.slopes.to(q.dtype).view(1, -1, 1, 1)  # (B,1,Tq,Tk) * (1,H,1,1) -> (B,H,Tq,Tk)
 
     def extra_repr(self) -> str:
         return f"n_heads={self.n_heads}"
+
+    @classmethod
+    def pictures(cls, modules: Sequence[AttentionPositional], *, length: int) -> list[PositionPicture]:
+        """The bias added for a key d tokens before the query, per head: ``-slope_h * d``."""
+        m = cast(ALiBi, modules[0])
+        return [score_bias_picture(m, length, "ALiBi: bias added to the attention score, per head", n_heads=m.n_heads)]
 
 
 def t5_relative_bucket(
@@ -110,6 +126,11 @@ class T5RelativeBias(AttentionPositional):
         self.bias = nn.Embedding(num_buckets, n_heads)
         nn.init.normal_(self.bias.weight, std=0.02)
 
+    @classmethod
+    def from_options(cls, options: T5Options, shape: ModelShape) -> T5RelativeBias:
+        """The ``t5`` scheme's builder: causal buckets, a scalar per bucket and head."""
+        return cls(shape.n_heads, num_buckets=options.num_buckets, max_distance=options.max_distance)
+
     def score_bias(self, q: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
         rel = relative_positions(q_pos, k_pos)  # (B,Tq,Tk)
         buckets = t5_relative_bucket(
@@ -119,6 +140,13 @@ class T5RelativeBias(AttentionPositional):
 
     def extra_repr(self) -> str:
         return f"n_heads={self.n_heads}, num_buckets={self.num_buckets}, max_distance={self.max_distance}, bidirectional={self.bidirectional}"
+
+    @classmethod
+    def pictures(cls, modules: Sequence[AttentionPositional], *, length: int) -> list[PositionPicture]:
+        """The learned bias added at each distance, per head (the distances of a bucket share it)."""
+        m = cast(T5RelativeBias, modules[0])
+        title = "T5: learned bias added to the attention score, per head"
+        return [score_bias_picture(m, length, title, n_heads=m.n_heads)]
 
 
 class ShawRelativePositions(AttentionPositional):
@@ -143,6 +171,11 @@ class ShawRelativePositions(AttentionPositional):
         self.key = nn.Parameter(torch.randn(2 * max_distance + 1, head_dim) * 0.02)  # (2k+1,d)
         self.value = nn.Parameter(torch.randn(2 * max_distance + 1, head_dim) * 0.02)  # (2k+1,d)
 
+    @classmethod
+    def from_options(cls, options: ShawOptions, shape: ModelShape) -> ShawRelativePositions:
+        """The ``shaw`` scheme's builder (one per layer: the tables are per layer)."""
+        return cls(shape.head_dim, max_distance=options.max_distance)
+
     def index(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
         """Row of each (query, key) pair in the tables: (B or 1, Tq, Tk) in [0, 2k]."""
         k = self.max_distance
@@ -164,3 +197,19 @@ class ShawRelativePositions(AttentionPositional):
 
     def extra_repr(self) -> str:
         return f"head_dim={self.head_dim}, max_distance={self.max_distance}"
+
+    @classmethod
+    def pictures(cls, modules: Sequence[AttentionPositional], *, length: int) -> list[PositionPicture]:
+        """The norms of the key and value vectors per clipped distance, per layer. A causal model reads only
+        distances <= 0 (keys before the query): the vectors for later keys get no gradient, weight decay
+        alone shrinks them."""
+        layers = [cast(ShawRelativePositions, m) for m in modules]
+        k = layers[0].max_distance
+        x = tuple(float(d) for d in range(-k, k + 1))  # row k + d of the tables: the key is d tokens after the query
+        curves = []
+        with torch.no_grad():
+            for i, m in enumerate(layers):
+                curves.append(Curve(f"layer {i} key vectors", x, tuple(m.key.double().norm(dim=1).tolist())))
+                curves.append(Curve(f"layer {i} value vectors", x, tuple(m.value.double().norm(dim=1).tolist())))
+        title = "Shaw: norm of the learned relative vectors (a causal model reads only d <= 0)"
+        return [PositionPicture(title, "relative distance d = key - query (clipped)", "vector norm", tuple(curves))]

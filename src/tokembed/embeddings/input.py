@@ -1,17 +1,20 @@
 """The input of the model: token embedding + positional embedding, as in the chapter.
 
-``positional`` names the scheme (see ``tokembed.embeddings.registry``). The chapter's learned
-table and the sinusoidal one are added here; the other schemes act inside attention, and then
-this module returns the token embeddings alone.
+``positional`` names the scheme (see ``tokembed.embeddings.names``). A scheme that acts on the input
+(the chapter's learned table, the sinusoidal one) is added here; the other schemes act inside
+attention, and then this module returns the token embeddings alone.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 from torch import nn
 
 from tokembed._checks import check_int, check_positive_int, check_probability
-from tokembed.embeddings.registry import input_positional, positional_scheme
+from tokembed.embeddings.names import positional_scheme
+from tokembed.embeddings.scheme import ModelShape
 from tokembed.embeddings.token import TokenEmbedding
 
 
@@ -30,17 +33,25 @@ class InputEmbedding(nn.Module):
         positional: ``"learned"`` (the chapter's), ``"sinusoidal"``, or a scheme that acts
             inside attention (``"rope"``, ``"alibi"``, ``"t5"``, ``"shaw"``, ``"none"``), for
             which nothing is added here.
+        positional_options: the scheme's options (its dataclass, a dict, or None for its defaults).
     """
 
     def __init__(
-        self, vocab_size: int, dim: int, context_length: int, *, dropout: float = 0.0, positional: str = "learned"
+        self,
+        vocab_size: int,
+        dim: int,
+        context_length: int,
+        *,
+        dropout: float = 0.0,
+        positional: str = "learned",
+        positional_options: Any = None,
     ) -> None:
         super().__init__()
         self.scheme = positional_scheme(positional)
-        self.token = TokenEmbedding(vocab_size, dim)
-        self.position = input_positional(
-            positional, context_length=context_length, dim=dim
-        )  # None when positions act in attention
+        self.token = TokenEmbedding(vocab_size, dim)  # first: under one seed the tables equal the chapter's
+        shape = ModelShape(dim=dim, context_length=context_length)
+        # The scheme's module when it acts on the input; None when positions act in attention.
+        self.position = self.scheme.module(positional_options, shape) if self.scheme.acts == "input" else None
         self.dropout = nn.Dropout(check_probability("dropout", dropout))
         self.context_length = check_positive_int("context_length", context_length)
 

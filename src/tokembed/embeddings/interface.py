@@ -11,13 +11,21 @@ to every attention layer as one object with three hooks, each a no-op by default
    layer compute its weights explicitly instead of calling ``scaled_dot_product_attention``.
 
 Positions are position ids, not indices: with a cache the queries sit at an offset, and ids may
-restart at document boundaries. Relative schemes use ``k_pos - q_pos``.
+restart at document boundaries (the model computes them; a scheme only reads them). Relative schemes
+use ``k_pos - q_pos``.
+
+A fourth hook serves inspection: ``pictures(modules, length=...)`` (a class method) says what to draw
+of the model's modules of this kind; the default draws nothing.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch import nn
+
+from tokembed.embeddings.pictures import PositionPicture
 
 
 class AttentionPositional(nn.Module):
@@ -36,6 +44,12 @@ class AttentionPositional(nn.Module):
     def value_term(self, weights: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor | None:
         """weights (B, H, Tq, Tk) after softmax and dropout -> (B, H, Tq, d) added to the output, or None."""
         return None
+
+    @classmethod
+    def pictures(cls, modules: Sequence[AttentionPositional], *, length: int) -> list[PositionPicture]:
+        """What ``tokembed inspect`` and the report draw of ``modules`` (the model's distinct modules of this
+        class, in layer order: one when shared) over distances 0..length-1. Default: nothing."""
+        return []
 
 
 def relative_positions(q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:

@@ -1,26 +1,27 @@
-"""The modules behind the positional scheme names (`tokembed.embeddings.names` says what each name is).
+"""Build a scheme's module by name, outside a model (``tokembed.embeddings.names`` holds the schemes).
 
-=============  ==========================  =========================================
-name           where it acts               module
-=============  ==========================  =========================================
-learned        added to the input          ``LearnedPositionalEmbedding`` (the chapter)
-sinusoidal     added to the input          ``SinusoidalPositionalEmbedding``
-rope           rotates queries and keys    ``RotaryEmbedding``
-alibi          added to attention scores   ``ALiBi``
-t5             added to attention scores   ``T5RelativeBias`` (one for all layers)
-shaw           scores and values           ``ShawRelativePositions`` (one per layer)
-none           nowhere (NoPE)              order comes from the causal mask alone
-=============  ==========================  =========================================
+``GPT`` asks the scheme itself (``positional_scheme(name).module(options, shape)``); these two functions are
+the same for code that wants one piece: the module added to the input, or the one given to attention layers.
 """
 
 from __future__ import annotations
 
+import warnings
+from typing import Any
+
 from torch import nn
 
-from tokembed.embeddings.absolute import LearnedPositionalEmbedding
-from tokembed.embeddings.bias import ALiBi, ShawRelativePositions, T5RelativeBias
 from tokembed.embeddings.interface import AttentionPositional
-from tokembed.embeddings.names import POSITIONAL_NAMES, SCHEMES, PositionalScheme, positional_scheme
+from tokembed.embeddings.names import (
+    POSITIONAL_NAMES,
+    SCHEMES,
+    PositionalScheme,
+    options_from_flat,
+    positional_scheme,
+    register_scheme,
+    scheme_names,
+)
+from tokembed.embeddings.scheme import ModelShape
 
 __all__ = [  # the names are re-exported: code written against 0.1 reads them from here
     "POSITIONAL_NAMES",
@@ -29,23 +30,20 @@ __all__ = [  # the names are re-exported: code written against 0.1 reads them fr
     "attention_positional",
     "input_positional",
     "positional_scheme",
+    "register_scheme",
+    "scheme_names",
 ]
-from tokembed.embeddings.rotary import RotaryEmbedding
-from tokembed.embeddings.sinusoidal import SinusoidalPositionalEmbedding
-
-_INPUT_MODULES = {
-    "learned": lambda *, context_length, dim: LearnedPositionalEmbedding(context_length, dim),
-    "sinusoidal": lambda *, context_length, dim: SinusoidalPositionalEmbedding(dim),
-}
 
 
-def input_positional(name: str, *, context_length: int, dim: int) -> nn.Module | None:
+def input_positional(name: str, *, context_length: int, dim: int, options: Any = None) -> nn.Module | None:
     """The module that adds positions to the input for ``name``, or None if the scheme acts elsewhere.
 
     Shapes of the module: position_ids (T,) or (B, T) -> (T, dim) or (B, T, dim).
     """
-    build = _INPUT_MODULES.get(positional_scheme(name).name)
-    return build(context_length=context_length, dim=dim) if build else None
+    scheme = positional_scheme(name)
+    if scheme.acts != "input":
+        return None
+    return scheme.module(options, ModelShape(dim=dim, context_length=context_length))
 
 
 def attention_positional(
@@ -53,32 +51,32 @@ def attention_positional(
     *,
     n_heads: int,
     head_dim: int,
-    rope_base: float = 10000.0,
-    rope_scaling: str | None = None,
-    rope_factor: float = 1.0,
-    rope_fraction: float = 1.0,
-    rope_original_length: int | None = None,
-    t5_num_buckets: int = 32,
-    t5_max_distance: int = 128,
-    shaw_max_distance: int = 16,
+    context_length: int | None = None,
+    options: Any = None,
+    **flat: Any,
 ) -> AttentionPositional | None:
     """The module given to attention layers for ``name``, or None if the scheme acts on the input or nowhere.
 
     Build one per layer when ``positional_scheme(name).per_layer``, else one shared by all layers.
+
+    Args:
+        name: the scheme.
+        n_heads, head_dim: the attention layer's heads and their width.
+        context_length: the trained length (RoPE's YaRN and Llama 3 scalings start from it).
+        options: the scheme's options: its dataclass, a dict of them, or None for the defaults.
+        flat: deprecated: tokembed 0.1's spellings (``rope_base=``, ``t5_num_buckets=``, ...).
     """
     scheme = positional_scheme(name)
-    builders = {
-        "rope": lambda: RotaryEmbedding(
-            head_dim,
-            base=rope_base,
-            scaling=rope_scaling,
-            factor=rope_factor,
-            original_length=rope_original_length,
-            fraction=rope_fraction,
-        ),
-        "alibi": lambda: ALiBi(n_heads),
-        "t5": lambda: T5RelativeBias(n_heads, num_buckets=t5_num_buckets, max_distance=t5_max_distance),
-        "shaw": lambda: ShawRelativePositions(head_dim, max_distance=shaw_max_distance),
-    }
-    build = builders.get(scheme.name)
-    return build() if build else None
+    if flat:
+        warnings.warn(
+            f"attention_positional({', '.join(f'{k}=' for k in flat)}) is deprecated; pass options={{...}} "
+            f"with the {scheme.name} scheme's option names",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        options, unknown = options_from_flat(scheme.name, flat)
+        if unknown:
+            raise TypeError(f"attention_positional got unexpected keyword arguments {sorted(unknown)}")
+    if not scheme.in_attention:
+        return None
+    return scheme.module(options, ModelShape(dim=n_heads * head_dim, n_heads=n_heads, context_length=context_length))

@@ -32,12 +32,16 @@ definitions are Hugging Face transformers' (``modeling_rope_utils``), which the 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from typing import cast
 
 import torch
 
 from tokembed._checks import check_number, check_positive_int
 from tokembed.embeddings.interface import AttentionPositional
-from tokembed.embeddings.names import ROPE_SCALINGS
+from tokembed.embeddings.names import ROPE_SCALINGS, RopeOptions, rotary_dim
+from tokembed.embeddings.pictures import Curve, PositionPicture
+from tokembed.embeddings.scheme import ModelShape
 
 YARN_BETA_FAST, YARN_BETA_SLOW = 32.0, 1.0  # the paper's (and transformers') defaults
 LLAMA3_LOW_FREQ_FACTOR, LLAMA3_HIGH_FREQ_FACTOR = 1.0, 4.0  # Llama 3.1's
@@ -141,6 +145,18 @@ class RotaryEmbedding(AttentionPositional):
         self.register_buffer("inv_freq", torch.empty(self.rotary_dim // 2, dtype=torch.float64), persistent=False)
         self.set_scaling(scaling, factor, original_length=original_length)
 
+    @classmethod
+    def from_options(cls, options: RopeOptions, shape: ModelShape) -> RotaryEmbedding:
+        """The ``rope`` scheme's builder: scalings start from the model's ``context_length``."""
+        return cls(
+            shape.head_dim,
+            base=options.base,
+            scaling=options.scaling,
+            factor=options.factor,
+            original_length=shape.context_length,
+            fraction=options.fraction,
+        )
+
     def set_scaling(self, scaling: str | None, factor: float = 1.0, *, original_length: int | None = None) -> None:
         """Switch the long-context scaling in place (e.g. to evaluate past the trained length)."""
         inv_freq = rope_inv_freq(
@@ -177,22 +193,31 @@ class RotaryEmbedding(AttentionPositional):
         s += f", rotary_dim={self.rotary_dim}" if self.rotary_dim != self.head_dim else ""
         return s + (f", scaling={self.scaling}, factor={self.factor:g}" if self.scaling else "")
 
-
-def rotary_dim(head_dim: int, fraction: float) -> int:
-    """How many dimensions of a head partial RoPE rotates: ``int(fraction * head_dim)``, even and >= 2."""
-    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
-        raise ValueError(f"rope fraction must be in (0, 1] (the share of each head that is rotated), got {fraction!r}")
-    r = int(head_dim * fraction)
-    if r < 2 or r % 2:
-        what = (
-            f"head_dim must be even, got {head_dim}"
-            if r == head_dim
-            else f"fraction {fraction:g} of head_dim {head_dim} gives {r} rotated dimensions, which must be even and >= 2"
+    @classmethod
+    def pictures(cls, modules: Sequence[AttentionPositional], *, length: int) -> list[PositionPicture]:
+        """Its rotation frequencies ``theta_i``, and the cosine similarity between a vector rotated to position
+        ``m`` and the same vector at position 0, by the module's own rotation (``mean_i cos(m theta_i)``)."""
+        rope = cast(RotaryEmbedding, modules[0])  # the model's modules of this class
+        inv_freq = rope.inv_freq.double()  # (r/2,)
+        pairs = tuple(float(i) for i in range(inv_freq.shape[0]))
+        freq = PositionPicture(
+            "RoPE: rotation frequency of each pair of head dimensions",
+            "pair i of the head dimensions",
+            "theta_i (radians per position)",
+            (Curve("theta_i", pairs, tuple(inv_freq.tolist())),),
+            log_y=True,
         )
-        raise ValueError(
-            f"RoPE rotates pairs of dimensions: {what}; pick dim and n_heads so that dim // n_heads is even"
+        x = torch.ones(1, 1, length, rope.head_dim)  # (1,1,T,d): the same vector at every position
+        with torch.no_grad():
+            rotated = rope(x, torch.arange(length))[0, 0].double()  # (T,d), rotated by the module itself
+        sim = rotated @ rotated[0] / (rotated.norm(dim=1) * rotated[0].norm())  # (T,)
+        decay = PositionPicture(
+            "RoPE: cosine similarity of a vector rotated to position m with itself at position 0",
+            "distance m (positions)",
+            "cosine similarity",
+            (Curve("all pairs equal", tuple(float(m) for m in range(length)), tuple(sim.tolist())),),
         )
-    return r
+        return [freq, decay]
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

@@ -12,6 +12,8 @@ import torch
 from torch import nn
 
 from tokembed._checks import check_positive_int
+from tokembed.embeddings.names import SinusoidalOptions
+from tokembed.embeddings.scheme import ModelShape
 
 
 def sinusoidal_table(n_positions: int, dim: int, *, base: float = 10000.0) -> torch.Tensor:
@@ -49,6 +51,11 @@ class SinusoidalPositionalEmbedding(nn.Module):
         # computed in float64 so that 1/base^(2i/D) is exact to float32 precision for every width
         inv_freq = 1.0 / (self.base ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))  # (D/2,)
         self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    @classmethod
+    def from_options(cls, options: SinusoidalOptions, shape: ModelShape) -> SinusoidalPositionalEmbedding:
+        """The ``sinusoidal`` scheme's builder."""
+        return cls(shape.dim, base=options.base)
 
     def forward(self, position_ids: torch.Tensor) -> torch.Tensor:
         if (

@@ -385,28 +385,19 @@ def settings(given) -> str:
 
 
 def _model_settings(model: dict) -> dict:
-    """The model's settings, the positional scheme's options only for the scheme that takes them."""
-    import inspect
-
-    from tokembed.embeddings.registry import attention_positional, positional_scheme
+    """The model's settings: its scheme's options (0.1's flat fields read as them) and the module they build."""
     from tokembed.model.config import GPTConfig
 
     config = GPTConfig.from_dict(model)
-    scheme_options = {  # the options a positional module takes that the model's config holds
-        k for k in inspect.signature(attention_positional).parameters if k not in ("name", "n_heads", "head_dim")
-    } & set(model)
-    module = attention_positional(
-        config.positional,
-        n_heads=config.n_heads,
-        head_dim=config.head_dim,
-        **{k: getattr(config, k) for k in scheme_options},
-    )
-    out = {f"model.{k}": v for k, v in model.items() if k not in scheme_options}
+    out = {f"model.{k}": v for k, v in config.to_dict().items()}
     if not config.document_mask:
         out.pop("model.eot_token", None)  # the separator only the document mask reads
+    if not out["model.positional_options"]:
+        out.pop("model.positional_options")  # a scheme without options
+    module = config.scheme.module(config.positional_options, config.shape)  # asked of the scheme itself
     if module is not None:
         out["model.positional module"] = f"{type(module).__name__}({module.extra_repr()})"
-    out["model.positional acts"] = positional_scheme(config.positional).acts
+    out["model.positional acts"] = config.scheme.acts
     return out
 
 

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from tokembed._checks import check_int
-from tokembed.embeddings.names import SCHEMES
+from tokembed.embeddings.names import find_scheme, positional_scheme, scheme_names
 from tokembed.tokenizer.base import Tokenizer
 from tokembed.tokenizer.gpt2 import GPT2_EOT, GPT2_N_VOCAB
 from tokembed.training.counts import MIN_COUNT, check_min_count
@@ -56,12 +56,21 @@ EXPORT_FORMAT = "tokembed-embeddings"  # safetensors metadata "format" of `tokem
 
 def _vectors(positional: str) -> str | None:
     """How a scheme's per-position vectors are had ("table", "formula"), or None (none, or an unknown name)."""
-    scheme = SCHEMES.get(positional)
+    scheme = find_scheme(positional)
     return scheme.vectors if scheme is not None else None
 
 
+def _formula_positions(positional: str, options, context_length: int, dim: int) -> torch.Tensor:
+    """The (context_length, dim) vectors a scheme computes (not stored), by the scheme's own module."""
+    from tokembed.embeddings.scheme import ModelShape
+
+    module = positional_scheme(positional).module(options, ModelShape(dim=dim, context_length=context_length))
+    with torch.no_grad():
+        return module(torch.arange(context_length))  # (C,) -> (C,D)
+
+
 def _with_vectors() -> str:
-    return " or ".join(s.name for s in SCHEMES.values() if s.vectors)
+    return " or ".join(s.name for s in map(positional_scheme, scheme_names()) if s.vectors)
 
 
 @dataclass(frozen=True)
@@ -587,10 +596,9 @@ class EmbeddingTable:
         config: Any = getattr(model, "config", None)
         positional = str(getattr(config, "positional", "learned"))
         position = getattr(getattr(embed, "position", None), "weight", None)
-        if _vectors(positional) == "formula" and position is None:
-            from tokembed.embeddings.sinusoidal import sinusoidal_table
-
-            position = sinusoidal_table(int(config.context_length), token.shape[1])
+        if _vectors(positional) == "formula" and position is None:  # computed by the scheme's module
+            options = getattr(config, "positional_options", None)
+            position = _formula_positions(positional, options, int(config.context_length), token.shape[1])
         elif _vectors(positional) is None:
             position = None
         return cls(
@@ -639,11 +647,10 @@ class EmbeddingTable:
                 f"{weights}: embed.token.weight has shape {tuple(tokens.shape)} but config.json says vocab_size={vocab_size}, dim={dim}; the checkpoint is inconsistent"
             )
         if _vectors(positional) == "formula" and positions is None:
-            from tokembed.embeddings.sinusoidal import sinusoidal_table
+            from tokembed.model.config import GPTConfig
 
-            positions = sinusoidal_table(
-                int(model["context_length"]), tokens.shape[1], base=float(model.get("sinusoidal_base", 10000.0))
-            )
+            gpt = GPTConfig.from_dict(model)  # 0.1's layout too
+            positions = _formula_positions(positional, gpt.positional_options, gpt.context_length, gpt.dim)
         elif _vectors(positional) == "table" and positions is None:
             raise ValueError(
                 f"{weights}: config.json says {positional} positions but 'embed.position.weight' is missing; the checkpoint is incomplete"

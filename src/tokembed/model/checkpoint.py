@@ -11,26 +11,27 @@
     CKPT/token_counts.safetensors  (V,) how many times training read each id (``tokembed.training.counts``)
     CKPT/sha256.json          {file name: sha256} of every file above, written last
 
-Saving writes everything into ``CKPT.tmp-XXXX/`` beside ``CKPT``, fsyncs each file, then swaps the
-directories with two renames; the previous checkpoint is deleted only once the new one is in
-place. If the process dies between the two renames, ``CKPT.old-XXXX`` is the previous complete
-checkpoint and ``load_checkpoint`` says so. Folders and files get the modes ``open`` gives (the umask).
-
-Reading verifies every file against ``sha256.json`` (`verify_checkpoint`: ``load_checkpoint`` and so
-``eval``, ``inspect`` and ``report``, and ``--resume``), so a flipped bit anywhere is an error naming
-the file, never a silently different model. Checkpoints written before ``sha256.json``
-existed are read unverified; a file that cannot be parsed is named all the same (`read_checkpoint_file`).
+Saving writes everything into ``CKPT.tmp-XXXX/`` beside ``CKPT`` (marked as tokembed's by a file that names the
+folder, `tokembed._atomic.write_marker`), fsyncs each file, then renames the previous checkpoint to
+``CKPT.step-NNNNNNN`` (its step; marked too) and the new folder to ``CKPT``. Files a user put inside ``CKPT`` move on
+into the new one. Of the previous checkpoints, the newest ``keep - 1`` stay (``--keep``), older ones are removed.
+Only folders whose marker names them, and in them only the files tokembed wrote, are ever removed: a user's
+``CKPT.tmp-mydata/`` or ``CKPT.old-backup/`` is never touched. If the process dies between the two renames, there is
+no ``CKPT`` and the previous checkpoint is the newest ``CKPT.step-*``; resuming takes the newest complete one
+(`resume_checkpoint`). Folders and files get the modes ``open`` gives (the umask).
 """
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import hashlib
 import json
 import os
 import pickle
-import shutil
+import re
 import tempfile
+import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -38,7 +39,9 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from tokembed._atomic import fsync_dir
+from tokembed._atomic import MARKER, fsync_dir, read_marker, remove_marked, remove_unmarked_start, write_marker
+from tokembed._checks import check_positive_int
+from tokembed._paths import CHECKPOINT_FORMAT, local_path
 from tokembed._plot import write_loss_png
 from tokembed.model.config import GPTConfig
 from tokembed.model.gpt import GPT
@@ -48,14 +51,18 @@ __all__ = [
     "CHECKPOINT_VERSION",
     "load_checkpoint",
     "read_checkpoint_config",
+    "kept_checkpoints",
     "read_checkpoint_file",
+    "resume_checkpoint",
     "save_checkpoint",
     "verify_checkpoint",
 ]
 
-CHECKPOINT_FORMAT = "tokembed-checkpoint"
 CHECKPOINT_VERSION = 1
 CHECKSUMS = "sha256.json"
+# The files tokembed writes into a checkpoint (those of `save_checkpoint`'s extra_files are listed in sha256.json).
+OWN_FILES = ("config.json", "model.safetensors", "optimizer.pt", "state.json", "log.json", "loss.png", CHECKSUMS)
+_KEPT = re.compile(r"\.step-(\d+)(\.\d+)?")
 
 
 def _fsync_file(path: Path) -> None:
@@ -93,6 +100,7 @@ def save_checkpoint(
     plot: bool = True,
     extra_files: Mapping[str, Callable[[Path], object]] | None = None,
     tokenizer: dict | None = None,
+    keep: int = 1,
 ) -> Path:
     """Write a checkpoint directory atomically (see the module docstring) and return its path.
 
@@ -107,12 +115,19 @@ def save_checkpoint(
         plot: draw ``loss.png`` from ``log``.
         extra_files: file name -> a function that writes that file at the path it is given; each is written inside the new checkpoint before it replaces the old one.
         tokenizer: the training data's tokenizer record (the manifest's entry); default GPT-2's name.
+        keep: how many checkpoints to keep: this one and the ``keep - 1`` newest previous ones
+            (``CKPT.step-NNNNNNN`` beside it).
     """
-    path = Path(path)
+    path = local_path(path, what="the checkpoint")
+    keep = check_positive_int("keep", keep)
+    if path.exists() and not path.is_dir():
+        raise NotADirectoryError(f"checkpoint {path} is a file; give a folder path for the checkpoint")
     path.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale_saves(path)
     tmp = Path(tempfile.mkdtemp(prefix=f"{path.name}.tmp-", dir=path.parent))
+    own = [*OWN_FILES, *(extra_files or {})]
     try:
+        write_marker(tmp, role="save", files=own)  # first: from here on a killed save is recognised as one
         os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700; give the mode mkdir would
         _write_contents(
             tmp,
@@ -131,13 +146,14 @@ def save_checkpoint(
             write(tmp / name)
         for p in tmp.iterdir():
             os.chmod(p, 0o666 & ~_umask())  # safetensors writes 0600: give every file the mode open() would
-        sums = {p.name: _sha256(p) for p in sorted(tmp.iterdir()) if p.is_file()}
+        sums = {n: _sha256(tmp / n) for n in sorted(own) if n != CHECKSUMS and (tmp / n).is_file()}
         _write_json(tmp / CHECKSUMS, sums)  # last: it vouches for every file before it
         fsync_dir(tmp)
-        _swap_in(tmp, path)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            remove_marked(tmp, own)
         raise
+    _swap_in(tmp, path, keep=keep)
     return path
 
 
@@ -179,14 +195,75 @@ def _sha256(path: Path) -> str:
 
 
 def _remove_stale_saves(path: Path) -> None:
-    """Delete what killed saves left beside ``path``: ``CKPT.tmp-*`` (never complete), and ``CKPT.old-*`` once
-    ``path`` exists (the swap finished; without ``path``, an ``.old`` folder is the last checkpoint: kept)."""
-    stale = list(path.parent.glob(f"{glob.escape(path.name)}.tmp-*"))
-    if path.is_dir():
-        stale += path.parent.glob(f"{glob.escape(path.name)}.old-*")
-    for p in stale:
-        if p.is_dir() and not p.is_symlink():
-            shutil.rmtree(p, ignore_errors=True)
+    """Delete what killed saves of ``path`` left beside it: ``CKPT.tmp-*`` folders that tokembed marked as its saves
+    (never complete), and in them only the files a save writes. A folder that merely has such a name is kept."""
+    for p in path.parent.glob(f"{glob.escape(path.name)}.tmp-*"):
+        if remove_unmarked_start(p, f"{path.name}.tmp-"):  # killed before its marker was written
+            continue
+        marker = read_marker(p)
+        if marker is not None and marker.get("role") == "save":
+            with contextlib.suppress(OSError):
+                remove_marked(p, marker.get("files", OWN_FILES))
+
+
+def _checksum_entries(sums: object) -> dict[str, str]:
+    """``{file name: sha256}`` from a parsed sha256.json."""
+    if not isinstance(sums, dict):
+        raise ValueError("sha256.json is not a JSON object")
+    return {str(k): v for k, v in sums.items()}
+
+
+def _own_names(folder: Path) -> set[str]:
+    """The files of checkpoint ``folder`` that tokembed wrote: the known ones and those its sha256.json lists."""
+    names = set(OWN_FILES)
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        names |= {str(n) for n in _checksum_entries(json.loads((folder / CHECKSUMS).read_text(encoding="utf-8")))}
+    return names
+
+
+def kept_checkpoints(path: str | os.PathLike) -> list[tuple[int, Path]]:
+    """The previous checkpoints kept beside ``path`` (``CKPT.step-NNNNNNN``, marked by tokembed), newest first."""
+    path = Path(path)
+    found = []
+    for p in path.parent.glob(f"{glob.escape(path.name)}.step-*") if path.parent.is_dir() else []:
+        marker = read_marker(p)
+        m = _KEPT.fullmatch(p.name[len(path.name) :])
+        if marker is not None and marker.get("role") == "kept" and marker.get("of") == path.name and m:
+            found.append((int(m.group(1)), p))
+    return sorted(found, key=lambda x: (x[0], x[1].name), reverse=True)
+
+
+def _retire(path: Path) -> Path:
+    """Rename the checkpoint ``path`` to ``CKPT.step-NNNNNNN`` beside it, marked as a kept one of tokembed's."""
+    try:
+        step = int(json.loads((path / "config.json").read_text(encoding="utf-8"))["step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        step = 0  # a checkpoint whose config cannot be read: kept all the same, as the oldest
+    base = f"{path.name}.step-{step:07d}"
+    target, n = path.parent / base, 0
+    while target.exists() or target.is_symlink():
+        if (step, target) in kept_checkpoints(path):  # an earlier save of the same step
+            with contextlib.suppress(OSError):
+                remove_marked(target, (read_marker(target) or {}).get("files", OWN_FILES))
+        if target.exists() or target.is_symlink():
+            n += 1
+            target = path.parent / f"{base}.{n}"
+    own = sorted(n for n in _own_names(path) if (path / n).exists())
+    # The marker names the target: inert until the rename, the mark of a kept checkpoint after it.
+    write_marker(path, name=target.name, role="kept", of=path.name, step=step, files=own)
+    os.replace(path, target)
+    return target
+
+
+def _carry_over(previous: Path, path: Path) -> None:
+    """Move what a user put into the previous checkpoint (anything tokembed did not write) into the new one."""
+    marker = read_marker(previous) or {}
+    own = {*marker.get("files", OWN_FILES), MARKER}
+    for p in previous.iterdir():
+        if p.name not in own and not (path / p.name).exists() and not (path / p.name).is_symlink():
+            os.replace(p, path / p.name)
+    fsync_dir(path)
+    fsync_dir(previous)
 
 
 def _to_cpu(obj):
@@ -200,21 +277,65 @@ def _to_cpu(obj):
     return obj
 
 
-def _swap_in(tmp: Path, path: Path) -> None:
-    """Rename the finished ``tmp`` folder to ``path``; an existing ``path`` is removed only once replaced."""
-    if path.exists():
-        old = Path(tempfile.mkdtemp(prefix=f"{path.name}.old-", dir=path.parent))
-        os.replace(path, old / "ckpt")  # keep the previous checkpoint until the new one is in place
-        os.replace(tmp, path)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(tmp, path)
+def _swap_in(tmp: Path, path: Path, *, keep: int) -> None:
+    """Put the finished ``tmp`` folder at ``path``: the previous checkpoint is kept beside it first (renamed),
+    then pruned to the ``keep - 1`` newest."""
+    previous = _retire(path) if path.exists() else None
+    os.replace(tmp, path)  # the new checkpoint is in place
+    (path / MARKER).unlink(missing_ok=True)  # the save's marker: it names the temporary folder, inert here
     fsync_dir(path.parent)
+    if previous is not None:
+        _carry_over(previous, path)
+    for _, old in kept_checkpoints(path)[keep - 1 :]:
+        with contextlib.suppress(OSError):
+            remove_marked(old, (read_marker(old) or {}).get("files", OWN_FILES))
+
+
+def resume_checkpoint(path: str | os.PathLike) -> None:
+    """Make ``path`` the newest complete checkpoint of its run before a resume.
+
+    When ``path`` is missing (a save killed between its renames) or fails its checksums while a kept previous
+    checkpoint (``CKPT.step-*``) is complete, that one is renamed to ``path`` and a warning says so; a damaged
+    ``path`` is moved aside to ``CKPT.damaged-XXXX`` first (never deleted). Otherwise nothing changes: loading
+    ``path`` then reports what is wrong with it.
+    """
+    path = Path(path)
+    kept = kept_checkpoints(path)
+    if not kept:
+        return
+    problem = "missing (a save was interrupted between its renames)"
+    if path.exists():
+        try:
+            verify_checkpoint(path)
+            return
+        except (OSError, ValueError) as e:
+            problem = f"damaged ({str(e).split('; ')[0]})"
+    for step, previous in kept:
+        try:
+            verify_checkpoint(previous)
+        except (OSError, ValueError):
+            continue
+        aside = ""
+        if path.exists():
+            moved = Path(tempfile.mkdtemp(prefix=f"{path.name}.damaged-", dir=path.parent))
+            os.replace(path, moved)  # over the empty folder mkdtemp made
+            aside = f"; it was moved to {moved}"
+        os.replace(previous, path)
+        (path / MARKER).unlink(missing_ok=True)
+        fsync_dir(path.parent)
+        warnings.warn(
+            f"checkpoint {path} is {problem}{aside}; resuming from the previous checkpoint {previous} (step {step})",
+            stacklevel=2,
+        )
+        return
 
 
 def interrupted_save_hint(path: Path) -> str:
     """For a missing checkpoint ``path``: where the previous one is when a save was killed between its renames."""
-    olds = (
+    kept = kept_checkpoints(path)
+    if kept:
+        return f"; a save was interrupted: the previous checkpoint is {kept[0][1]} (step {kept[0][0]}), which --resume continues"
+    olds = (  # left by a tokembed before 0.2 (CKPT.old-XXXX/ckpt)
         sorted(p for p in path.parent.glob(f"{glob.escape(path.name)}.old-*/ckpt") if (p / "config.json").exists())
         if path.parent.exists()
         else []

@@ -3,10 +3,11 @@
     ids (B,T) -> InputEmbedding (tokens [+ positions]) -> n_layers x Block -> LayerNorm -> head -> logits (B,T,V)
     Block: x + attn(ln1(x)) then x + mlp(ln2(x))   (pre-norm, as GPT-2)
 
-The positional scheme is one name (``GPTConfig.positional``): schemes added to the input live
-in the embedding, the others are one module handed to every attention layer (one per layer for
-Shaw, whose tables are per layer). Input and output embeddings are tied by default: the head's
-weight *is* the token table (one tensor), as in GPT-2.
+The positional scheme is one object (``GPTConfig.scheme``, built from ``positional`` and
+``positional_options``): a scheme that acts on the input lives in the embedding, the others build one
+module handed to every attention layer (one per layer when the scheme says ``per_layer``, as Shaw's
+tables are). Input and output embeddings are tied by default: the head's weight *is* the token table
+(one tensor), as in GPT-2.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from torch import nn
 
 from tokembed._checks import check_index_tensor, check_int, long_ids
 from tokembed.embeddings.input import InputEmbedding
-from tokembed.embeddings.registry import attention_positional, positional_scheme
+from tokembed.embeddings.interface import AttentionPositional
 from tokembed.model.attention import CausalSelfAttention, KVCache
 from tokembed.model.config import GPTConfig
 from tokembed.model.loss import linear_cross_entropy
@@ -43,7 +44,9 @@ class MLP(nn.Module):
 class Block(nn.Module):
     """Pre-norm transformer block. Shapes: (B, T, D) -> (B, T, D)."""
 
-    def __init__(self, config: GPTConfig, positional: nn.Module | None, *, shared_positional: bool = False) -> None:
+    def __init__(
+        self, config: GPTConfig, positional: AttentionPositional | None, *, shared_positional: bool = False
+    ) -> None:
         super().__init__()
         self.ln1 = nn.LayerNorm(config.dim, bias=config.bias)
         self.attn = CausalSelfAttention(
@@ -96,10 +99,11 @@ class GPT(nn.Module):
     projections that end a residual branch (``attn.proj``, ``mlp.proj``) N(0, 0.02/sqrt(2 n_layers)),
     so the residual stream's variance does not grow with depth.
 
-    State dict keys: ``embed.token.weight`` (V, D), ``embed.position.weight`` (C, D) when
-    ``positional == "learned"``, ``positional.bias.weight`` (buckets, H) for T5 (one table for all
-    layers), ``blocks.{i}....`` (with ``blocks.{i}.attn.positional.key/value`` for Shaw), ``norm.*``,
-    and ``head.weight`` (the token table itself when tied).
+    State dict keys: ``embed.token.weight`` (V, D), ``embed.position.*`` for a scheme on the input
+    (``embed.position.weight`` (C, D) for learned positions), ``positional.*`` for a scheme in attention
+    shared by the layers (T5: ``positional.bias.weight`` (buckets, H)), ``blocks.{i}....`` (with
+    ``blocks.{i}.attn.positional.*`` for a per-layer scheme: Shaw's ``key``/``value``), ``norm.*``, and
+    ``head.weight`` (the token table itself when tied).
     """
 
     def __init__(self, config: GPTConfig) -> None:
@@ -107,27 +111,26 @@ class GPT(nn.Module):
         if not isinstance(config, GPTConfig):
             raise TypeError(f"config must be a GPTConfig, got {type(config).__name__}")
         self.config = config
-        c = config
-        self.embed = InputEmbedding(c.vocab_size, c.dim, c.context_length, dropout=c.dropout, positional=c.positional)
-        options = dict(
-            n_heads=c.n_heads,
-            head_dim=c.head_dim,
-            rope_base=c.rope_base,
-            rope_scaling=c.rope_scaling,
-            rope_factor=c.rope_factor,
-            rope_fraction=c.rope_fraction,
-            rope_original_length=c.context_length,
-            t5_num_buckets=c.t5_num_buckets,
-            t5_max_distance=c.t5_max_distance,
-            shaw_max_distance=c.shaw_max_distance,
+        c, scheme = config, config.scheme
+        self.embed = InputEmbedding(
+            c.vocab_size,
+            c.dim,
+            c.context_length,
+            dropout=c.dropout,
+            positional=c.positional,
+            positional_options=c.positional_options,
         )
-        if positional_scheme(c.positional).per_layer:  # Shaw: each layer its own tables
+
+        def attention_module() -> (
+            AttentionPositional | None
+        ):  # the scheme's module for the attention layers, if it acts there
+            return scheme.module(c.positional_options, c.shape) if scheme.in_attention else None
+
+        if scheme.per_layer:  # each layer its own module (Shaw's tables), stored as `blocks.{i}.attn.positional.*`
             self.positional = None
-            self.blocks = nn.ModuleList(
-                Block(c, attention_positional(c.positional, **options)) for _ in range(c.n_layers)
-            )
+            self.blocks = nn.ModuleList(Block(c, attention_module()) for _ in range(c.n_layers))
         else:  # one module for all layers (T5's table is shared, as in T5), stored once as `positional.*`
-            self.positional = attention_positional(c.positional, **options)
+            self.positional = attention_module()
             self.blocks = nn.ModuleList(Block(c, self.positional, shared_positional=True) for _ in range(c.n_layers))
         self.norm = nn.LayerNorm(c.dim, bias=c.bias)
         self.head = nn.Linear(c.dim, c.vocab_size, bias=False)
@@ -150,7 +153,7 @@ class GPT(nn.Module):
     @property
     def max_length(self) -> int | None:
         """The longest sequence the model can read: ``context_length`` for learned positions, else None (no limit)."""
-        return self.config.context_length if positional_scheme(self.config.positional).bounded else None
+        return self.config.context_length if self.config.scheme.bounded else None
 
     def num_parameters(self) -> int:
         """Trainable parameters, counting a tied table once."""

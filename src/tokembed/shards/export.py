@@ -1,9 +1,16 @@
 """Shard folders for other trainers: Megatron-LM's indexed dataset and nanoGPT's ``train.bin``/``val.bin``.
 
 Both stream: tokens go from the shards' memory maps to the output a chunk at a time (bounded memory;
-the Megatron index holds one length per document, as Megatron's own builder does). Both write
-atomically (temporary files, fsync, rename: an interrupted export leaves the old files or none) and
-refuse a token id that does not fit the target dtype, naming it and where it is.
+the Megatron index holds one length per document, as Megatron's own builder does), and refuse a token id
+that does not fit the target dtype, naming it and where it is.
+
+Nothing is lost or mixed: an output inside (or onto) the input, or inside a tokembed checkpoint, is refused
+before anything is written. The files of one export change together (`tokembed._atomic.staged_files`): they are
+written into a hidden staging folder beside the targets and renamed into place with the file whose presence makes
+the dataset exist (Megatron's ``.idx``, nanoGPT's ``train.bin``) removed first and renamed last, so that a reader
+finds the old export, the new one, or none, never a mix. An export killed during its renames is finished by the
+next export to the same place; one killed while writing leaves only its marked staging folder, which the next
+removes. A refused export creates no folder.
 """
 
 from __future__ import annotations
@@ -12,20 +19,24 @@ import contextlib
 import hashlib
 import json
 import os
-from collections.abc import Iterator
+import pickle
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from tokembed._atomic import atomic_open
+from tokembed._atomic import recover_staged, staged_files
+from tokembed._paths import inside, local_path, refuse_inside_checkpoint
 from tokembed.shards import megatron as mg
 from tokembed.shards.reader import ShardSet, open_shards
 
-__all__ = ["SHARD_EXPORT_FORMATS", "export_megatron", "export_nanogpt", "export_shards"]
+__all__ = ["EXPORT_SPLITS", "SHARD_EXPORT_FORMATS", "export_megatron", "export_nanogpt", "export_shards"]
 
 SHARD_EXPORT_FORMATS = ("megatron", "nanogpt")
+EXPORT_SPLITS = ("train", "val", "all")
 _CHUNK = 1 << 20  # tokens per write: 2-4 MiB of the source dtype, at most 8 MiB of the target's
+NANOGPT_FILES = ("val.bin", "meta.pkl", "train.bin")  # train.bin last: nanoGPT's train.py needs it first
 
 
 def _chunks(ss: ShardSet) -> Iterator[tuple[int, np.ndarray]]:
@@ -53,8 +64,27 @@ def _write_tokens(ss: ShardSet, f, dtype: np.dtype, what: str) -> str:
     return h.hexdigest()
 
 
-def _check_out(paths: list[Path], overwrite: bool) -> None:
+def _input_files(root: Path) -> list[Path]:
+    """What an export reads: the shard folder, or a Megatron prefix's own files."""
+    if mg.is_megatron_prefix(root):
+        return [mg.bin_path(root), mg.idx_path(root), Path(f"{root}{mg.SIDECAR}")]
+    return [root]
+
+
+def _refuse_overlap(root: Path, p: Path) -> None:
+    """Refuse an output ``p`` inside (or onto) the input ``root``, or inside a tokembed checkpoint."""
+    for source in _input_files(root):
+        if inside(p, source):
+            if source.is_dir():
+                raise ValueError(f"output {p} is inside the input {root}; choose an output outside it")
+            raise ValueError(f"output {p} is a file of the input {root}; choose another output name")
+    refuse_inside_checkpoint(p)
+
+
+def _check_out(root: Path, paths: Sequence[Path], overwrite: bool) -> None:
+    """Refuse outputs that would overwrite the input, land in a checkpoint, or replace files without ``overwrite``."""
     for p in paths:
+        _refuse_overlap(root, p)
         if p.is_dir():
             raise IsADirectoryError(f"{p} is a directory; give another output name")
         if p.exists() and not overwrite:
@@ -63,44 +93,93 @@ def _check_out(paths: list[Path], overwrite: bool) -> None:
             )
 
 
-def export_nanogpt(root: str | os.PathLike, out: str | os.PathLike, *, overwrite: bool = False) -> dict[str, Any]:
-    """Write ``OUT/train.bin`` and ``OUT/val.bin``: each split as one uint16 memmap, as nanoGPT reads it.
+def _split_names(root: Path, split: str) -> list[str]:
+    if split not in EXPORT_SPLITS:
+        raise ValueError(f"split must be one of {', '.join(EXPORT_SPLITS)}, got {split!r}")
+    return ["train", "val"] if split == "all" else [split]
+
+
+def _open_split(root: Path, split: str, *, needed_by: str) -> ShardSet:
+    """Open one split to export, refusing a missing or empty one by name (the trainers cannot read it)."""
+    if mg.is_megatron_prefix(root) and split != "train":
+        raise ValueError(
+            f"{root} is a Megatron dataset: it has one split, read as 'train', and no {split!r}; export --split train"
+        )
+    if not mg.is_megatron_prefix(root):
+        from tokembed.shards.format import read_manifest
+
+        splits = read_manifest(root)["splits"]
+        if split not in splits:
+            raise ValueError(f"{root} has no {split!r} split ({needed_by}); {_EMPTY_HINT}")
+    ss = open_shards(root, split=split)
+    if ss.n_tokens == 0:
+        raise ValueError(f"split {split!r} of {root} is empty (0 documents; {needed_by}); {_EMPTY_HINT}")
+    return ss
+
+
+_EMPTY_HINT = (
+    "prepare the corpus with --val-fraction and more than one document (a text file is one document: give a folder "
+    "of files or JSON Lines), or export only the train split (--split train)"
+)
+
+
+def export_nanogpt(
+    root: str | os.PathLike, out: str | os.PathLike, *, split: str = "all", overwrite: bool = False
+) -> dict[str, Any]:
+    """Write ``OUT/train.bin`` and ``OUT/val.bin`` (each split as one uint16 memmap, as nanoGPT reads it) and
+    ``OUT/meta.pkl`` (``{"vocab_size", "eot_token", "tokenizer"}``: nanoGPT's train.py sizes the model by it).
 
     nanoGPT's ``prepare.py`` appends the end-of-text token to every document and concatenates them; its
     ``get_batch`` reads ``np.memmap(path, dtype=np.uint16, mode="r")``. A shard split is already that
     stream (every document is its tokens and one ``<|endoftext|>``), so it is copied as it is.
 
     Args:
-        root: a shard folder (or a Megatron prefix).
-        out: the folder for ``train.bin`` (and ``val.bin`` when the source has a val split).
-        overwrite: replace existing files.
+        root: a shard folder (or a Megatron prefix, with ``split="train"``).
+        out: the folder for ``train.bin``, ``val.bin`` and ``meta.pkl``.
+        split: ``"all"`` (train.bin and val.bin: what nanoGPT's train.py reads), ``"train"`` or ``"val"``.
+        overwrite: replace an existing export (its other split's file too, so none of two exports are mixed).
 
     Returns:
-        ``{"format", "files": {split: {"path", "tokens", "sha256"}}}``.
+        ``{"format", "files": {split: {"path", "tokens", "sha256"}}, "meta": path}``.
 
     Raises:
-        ValueError: a token id >= 65536 (uint16), naming it and its offset.
+        ValueError: a missing or empty split (nanoGPT cannot read it), a token id >= 65536 (uint16), naming it and
+            its offset; an output inside the input or a checkpoint.
         FileExistsError: an output exists and ``overwrite`` is False.
     """
-    out = Path(out)
-    splits = [s for s in ("train", "val") if _has_split(root, s)]
-    targets = [out / f"{s}.bin" for s in splits]
-    _check_out(targets, overwrite)
-    files = {}
-    with contextlib.ExitStack() as stack:  # both files are renamed into place at the end, or neither
-        for split, path in zip(splits, targets):
-            ss = open_shards(root, split=split)
-            digest = _write_tokens(ss, stack.enter_context(atomic_open(path, "wb")), np.dtype("<u2"), "nanoGPT")
-            files[split] = {"path": str(path), "tokens": ss.n_tokens, "sha256": digest}
-    return {"format": "nanogpt", "files": files}
+    root, out = local_path(root, what="the shard folder"), local_path(out, what="the output folder")
+    names = _split_names(root, split)
+    _refuse_overlap(root, out)
+    if out.exists() and not out.is_dir():
+        raise NotADirectoryError(f"{out} is a file; the nanoGPT export is a folder (train.bin, val.bin, meta.pkl)")
+    sets = {s: _open_split(root, s, needed_by="nanoGPT's train.py reads train.bin and val.bin") for s in names}
+    targets = [out / n for n in NANOGPT_FILES if n == "meta.pkl" or n[: -len(".bin")] in names]
+    recovered = recover_staged(out, "nanogpt")  # an export killed in its renames: finished first
+    _check_out(root, targets, overwrite or recovered)
+    made = not out.exists()
+    out.mkdir(parents=True, exist_ok=True)
+    files: dict[str, Any] = {}
+    try:
+        others = [out / n for n in NANOGPT_FILES if out / n not in targets]  # the other split of an older export
+        with staged_files(targets, key="nanogpt", remove=others) as staged:
+            for name, ss in sets.items():
+                with open(staged[out / f"{name}.bin"], "wb") as f:
+                    digest = _write_tokens(ss, f, np.dtype("<u2"), "nanoGPT")
+                files[name] = {"path": str(out / f"{name}.bin"), "tokens": ss.n_tokens, "sha256": digest}
+            with open(staged[out / "meta.pkl"], "wb") as f:
+                pickle.dump(_nanogpt_meta(next(iter(sets.values()))), f)
+    except BaseException:
+        if made:
+            with contextlib.suppress(OSError):
+                out.rmdir()  # a refused export leaves no empty folder
+        raise
+    return {"format": "nanogpt", "files": files, "meta": str(out / "meta.pkl")}
 
 
-def _has_split(root: str | os.PathLike, split: str) -> bool:
-    if mg.is_megatron_prefix(root):
-        return split == "train"
-    from tokembed.shards.format import read_manifest
-
-    return split in read_manifest(root)["splits"]
+def _nanogpt_meta(ss: ShardSet) -> dict[str, Any]:
+    """nanoGPT's meta.pkl: its train.py reads ``vocab_size`` (else it assumes GPT-2's, padded to 50,304)."""
+    tok = ss.tokenizer
+    return {"vocab_size": int(tok.n_vocab), "eot_token": ss.eot_token, "tokenizer": tok.source}
 
 
 def megatron_dtype(ss: ShardSet) -> np.dtype:
@@ -128,34 +207,69 @@ def _megatron_index(ss: ShardSet, dtype: np.dtype) -> bytes:
 
 
 def export_megatron(
-    root: str | os.PathLike, prefix: str | os.PathLike, *, split: str = "train", overwrite: bool = False
+    root: str | os.PathLike,
+    prefix: str | os.PathLike,
+    *,
+    split: str = "train",
+    overwrite: bool = False,
 ) -> dict[str, Any]:
     """Write split ``split`` of a shard folder as Megatron's ``PREFIX.bin`` + ``PREFIX.idx``.
 
     Each document becomes one sequence and one document (its tokens and its end-of-text token), as
     Megatron's ``preprocess_data.py --append-eod`` writes; the tokens are uint16 when the vocabulary fits
-    (GPT-2's does), else int32. ``PREFIX.tokembed.json`` keeps the tokenizer's identity for tokembed.
+    (GPT-2's does), else int32. ``PREFIX.tokembed.json`` keeps the tokenizer's identity and the ``.bin``'s sha256
+    for tokembed. ``split="all"`` writes ``PREFIX_train`` and ``PREFIX_val`` (Megatron's ``--train-data-path`` and
+    ``--valid-data-path``).
 
     Returns:
-        ``{"format", "prefix", "documents", "tokens", "dtype"}``.
+        ``{"format", "prefix", "documents", "tokens", "dtype"}``; with ``split="all"``, ``{"format", "splits":
+        {split: that dict}}``.
 
     Raises:
-        ValueError: a token id that does not fit the dtype; a document over 2**31 tokens.
+        ValueError: a missing or empty split, a token id that does not fit the dtype, a document over 2**31 tokens,
+            an output inside the input or a checkpoint.
         FileExistsError: ``PREFIX.bin``/``.idx`` exist and ``overwrite`` is False.
     """
-    prefix = Path(prefix)
-    ss = open_shards(root, split=split)
+    root, prefix = local_path(root, what="the shard folder"), local_path(prefix, what="the output prefix")
+    names = _split_names(root, split)
+    _refuse_overlap(root, prefix)
+    if split == "all":
+        parts = {s: Path(f"{prefix}_{s}") for s in names}
+        sets = {s: _open_split(root, s, needed_by="--split all exports both") for s in names}
+        for s in names:
+            _check_megatron_out(root, parts[s], overwrite)
+        splits = {s: _write_megatron(root, sets[s], parts[s]) for s in names}
+        return {"format": "megatron", "splits": splits}
+    ss = _open_split(root, split, needed_by="Megatron reads no empty dataset")
+    _check_megatron_out(root, prefix, overwrite)
+    return _write_megatron(root, ss, prefix)
+
+
+def _check_megatron_out(root: Path, prefix: Path, overwrite: bool) -> None:
+    _refuse_overlap(root, prefix)
+    recovered = recover_staged(prefix.parent, prefix.name)  # an export killed in its renames: finished first
+    _check_out(root, [mg.idx_path(prefix), mg.bin_path(prefix), Path(f"{prefix}{mg.SIDECAR}")], overwrite or recovered)
+
+
+def _write_megatron(root: Path, ss: ShardSet, prefix: Path) -> dict[str, Any]:
     dtype = megatron_dtype(ss)
-    ipath, bpath, side = mg.idx_path(prefix), mg.bin_path(prefix), Path(f"{prefix}{mg.SIDECAR}")
-    _check_out([ipath, bpath], overwrite)
     index = _megatron_index(ss, dtype)  # O(documents): built before any file is touched
-    # Renamed into place in this order: .bin, .idx, the sidecar; an error before leaves every old file.
-    with atomic_open(side, "w") as fs, atomic_open(ipath, "wb") as fi:
-        with atomic_open(bpath, "wb") as fb:
-            digest = _write_tokens(ss, fb, dtype, "Megatron")
-        fi.write(index)
-        meta = {"format": "tokembed-megatron-export", "tokenizer": ss.manifest["tokenizer"], "bin_sha256": digest}
-        json.dump({**meta, "source": str(root), "split": split}, fs, indent=1, sort_keys=True)
+    ipath, bpath, side = mg.idx_path(prefix), mg.bin_path(prefix), Path(f"{prefix}{mg.SIDECAR}")
+    made = not prefix.parent.exists()
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with staged_files([bpath, side, ipath], key=prefix.name) as staged:  # the .idx last: Megatron opens it first
+            with open(staged[bpath], "wb") as fb:
+                digest = _write_tokens(ss, fb, dtype, "Megatron")
+            staged[ipath].write_bytes(index)
+            meta = {"format": "tokembed-megatron-export", "tokenizer": ss.manifest["tokenizer"], "bin_sha256": digest}
+            meta |= {"source": str(root), "split": ss.split}
+            staged[side].write_text(json.dumps(meta, indent=1, sort_keys=True), encoding="utf-8")
+    except BaseException:
+        if made:
+            with contextlib.suppress(OSError):
+                prefix.parent.rmdir()  # a refused export leaves no empty folder
+        raise
     return {
         "format": "megatron",
         "prefix": str(prefix),
@@ -166,11 +280,17 @@ def export_megatron(
 
 
 def export_shards(
-    root: str | os.PathLike, out: str | os.PathLike, *, format: str, overwrite: bool = False
+    root: str | os.PathLike,
+    out: str | os.PathLike,
+    *,
+    format: str,
+    split: str | None = None,
+    overwrite: bool = False,
 ) -> dict[str, Any]:
-    """`export_megatron` (``format="megatron"``, ``out`` a prefix) or `export_nanogpt` (``"nanogpt"``, ``out`` a folder)."""
+    """`export_megatron` (``format="megatron"``, ``out`` a prefix; ``split`` default ``"train"``) or
+    `export_nanogpt` (``"nanogpt"``, ``out`` a folder; ``split`` default ``"all"``)."""
     if format == "megatron":
-        return export_megatron(root, out, overwrite=overwrite)
+        return export_megatron(root, out, split=split or "train", overwrite=overwrite)
     if format == "nanogpt":
-        return export_nanogpt(root, out, overwrite=overwrite)
+        return export_nanogpt(root, out, split=split or "all", overwrite=overwrite)
     raise ValueError(f"unknown shard export format {format!r}; choose one of {', '.join(SHARD_EXPORT_FORMATS)}")

@@ -42,6 +42,7 @@ import numpy as np
 from tokembed._atomic import atomic_write_json
 from tokembed._checks import check_int
 from tokembed._lock import folder_lock
+from tokembed._paths import local_path, refuse_inside_checkpoint
 from tokembed.shards.config import PrepareConfig
 from tokembed.shards.counts import split_token_counts
 from tokembed.shards.engines import ENGINES, make_engine
@@ -182,7 +183,8 @@ def prepare_corpus(
     t0 = time.perf_counter()
     config = _resolve_config(config, options)
     _check_run_options(engine=engine, workers=workers, rank=rank, world_size=world_size)
-    out = Path(out)
+    out = local_path(out, what="--out")
+    refuse_inside_checkpoint(out)
     files, skipped = find_inputs(inputs, format=config.format)
     check_columns(files, config.field)  # a Parquet file without the text column fails before the folder is touched
     tok, dtype = tokenizer_entry(config)

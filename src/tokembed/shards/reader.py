@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from tokembed._atomic import interrupted_commit
+from tokembed._paths import local_path
 from tokembed.shards import megatron
 from tokembed.shards.check import check_split, shard_file_problems
 from tokembed.shards.format import CHECK_HINT, INDEX_DTYPE, ShardInfo, read_manifest, sha256_file
@@ -185,12 +187,17 @@ def open_shards(
             damaged (the message names the shard and points at ``tokembed check DIR``), or data made with
             another tokenizer than ``tokenizer`` (names both).
     """
+    root = local_path(root, what="the shard folder")
     if megatron.is_megatron_prefix(root):
         ss = open_megatron(root, split=split)
         if tokenizer is not None and ss.manifest["tokenizer"]:  # a tokembed export records its tokenizer
             expect_tokenizer(Path(root), ss.tokenizer, tokenizer)
         return ss
-    root = Path(root)
+    stage = interrupted_commit(root.parent, root.name)
+    if stage is not None and not root.is_dir():
+        raise FileNotFoundError(
+            f"an export to {root} was interrupted ({stage} holds its finished files); run the export again to finish it"
+        )
     manifest = read_manifest(root)
     if tokenizer is not None:
         expect_tokenizer(root, identity_from_manifest(manifest.get("tokenizer")), tokenizer)

@@ -9,7 +9,7 @@ from pathlib import Path
 from tokembed._checks import check_int, check_number, check_positive_int, config_from_dict
 
 # Fields that may differ when a run is resumed (they do not change what has been computed so far).
-RESUMABLE_CHANGES = ("max_steps", "eval_interval", "eval_batches", "checkpoint_interval", "out")
+RESUMABLE_CHANGES = ("max_steps", "eval_interval", "eval_batches", "checkpoint_interval", "keep_checkpoints", "out")
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,8 @@ class TrainConfig:
         eval_interval: steps between validation losses (and at the end).
         eval_batches: at most this many validation batches per evaluation.
         checkpoint_interval: steps between checkpoints (and at the end).
+        keep_checkpoints: checkpoints kept: the latest in ``out`` and the ``keep_checkpoints - 1`` newest before it
+            beside it (``OUT.step-NNNNNNN``); a resume takes the newest complete one.
         seed: seeds weights, shuffling and dropout.
         val_fraction: for a text file, the share of its tokens (at the end) held out for validation.
         init_embeddings: a local GPT-2 weights file whose ``wte``/``wpe`` start the embeddings.
@@ -55,6 +57,7 @@ class TrainConfig:
     eval_interval: int = 50
     eval_batches: int = 20
     checkpoint_interval: int = 100
+    keep_checkpoints: int = 3
     seed: int = 0
     val_fraction: float = 0.1
     init_embeddings: str | None = None
@@ -67,7 +70,15 @@ class TrainConfig:
         if self.init_embeddings is not None:
             object.__setattr__(self, "init_embeddings", str(self.init_embeddings))
         # Checked values are stored as plain int/float: a numpy scalar would not survive config.json.
-        for name in ("max_length", "batch_size", "max_steps", "eval_interval", "eval_batches", "checkpoint_interval"):
+        for name in (
+            "max_length",
+            "batch_size",
+            "max_steps",
+            "eval_interval",
+            "eval_batches",
+            "checkpoint_interval",
+            "keep_checkpoints",
+        ):
             object.__setattr__(self, name, check_positive_int(name, getattr(self, name)))
         if self.stride is not None:
             object.__setattr__(self, "stride", check_positive_int("stride", self.stride))

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from tokembed._atomic import atomic_write
 from tokembed._checks import check_int, check_positive_int
-from tokembed.embeddings.names import POSITIONAL_NAMES, ROPE_SCALINGS, positional_scheme
+from tokembed.embeddings.names import ROPE_SCALINGS, positional_scheme, scheme_names
 from tokembed.training.plots import plot_positions
 
 __all__ = ["PositionsExperiment", "QUICK", "format_table", "run_positions_experiment"]
@@ -38,7 +38,7 @@ class PositionsExperiment:
     Attributes:
         data: a shard folder or text file (a text's last 10% of tokens is the validation set).
         out: where checkpoints, table, plot and results.json go.
-        schemes: the positional schemes to train (default: all seven).
+        schemes: the positional schemes to train (default: every registered one, the built-in seven first).
         tokenizer: for a text file, its tokenizer (default gpt2; ``bytes``: 257 ids, the fast choice); a shard
             folder's comes from its manifest.
         train_length: training window length (and the models' context length).
@@ -56,7 +56,7 @@ class PositionsExperiment:
 
     data: str
     out: str
-    schemes: tuple[str, ...] = POSITIONAL_NAMES
+    schemes: tuple[str, ...] = field(default_factory=scheme_names)
     tokenizer: str | None = None
     train_length: int = 32
     multiples: tuple[int, ...] = (1, 2, 4, 8, 16)
@@ -82,7 +82,7 @@ class PositionsExperiment:
         for name in ("schemes", "multiples", "rope_scaling"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
         if not self.schemes:
-            raise ValueError(f"schemes is empty; choose some of {', '.join(POSITIONAL_NAMES)}")
+            raise ValueError(f"schemes is empty; choose some of {', '.join(scheme_names())}")
         for s in self.schemes:
             positional_scheme(s)
         if len(set(self.schemes)) != len(self.schemes):

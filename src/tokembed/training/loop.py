@@ -33,6 +33,7 @@ from tokembed.embeddings.registry import positional_scheme
 from tokembed.model.checkpoint import (
     interrupted_save_hint,
     read_checkpoint_config,
+    resume_checkpoint,
     save_checkpoint,
     verify_checkpoint,
 )
@@ -146,6 +147,8 @@ def _start(config: TrainConfig, model_config: GPTConfig | None, saved: dict | No
 
 def _saved_run(out: Path, config: TrainConfig, *, resume: bool) -> dict | None:
     """The checkpoint config to resume from (checked against ``config``), or None for a new run."""
+    if resume:
+        resume_checkpoint(out)  # the newest complete one of the run (a killed or damaged save falls back)
     if out.exists():
         if not resume:
             raise FileExistsError(
@@ -167,11 +170,8 @@ def _model_config(saved: dict | None, given: GPTConfig | None, config: TrainConf
     if saved is not None:
         ckpt_model = GPTConfig.from_dict(saved["model"])
         if given is not None and given != ckpt_model:
-            diff = [
-                f"{k}: {v!r} -> {getattr(given, k)!r}"
-                for k, v in ckpt_model.to_dict().items()
-                if getattr(given, k) != v
-            ]
+            new = given.to_dict()  # compared as dicts: the scheme's options too
+            diff = [f"{k}: {v!r} -> {new[k]!r}" for k, v in ckpt_model.to_dict().items() if new[k] != v]
             raise ValueError(
                 f"the checkpoint in {out} has another model ({'; '.join(diff)}); omit the model options when resuming"
             )
@@ -367,6 +367,7 @@ class _Run:
             state=s.to_dict(self.loader),
             log=log,
             extra_files={COUNTS_FILE: counter.write} if counter is not None else None,
+            keep=self.config.keep_checkpoints,
         )
 
 
