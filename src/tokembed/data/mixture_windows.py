@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from typing import Any
 
 import numpy as np
 import torch
@@ -54,7 +55,9 @@ class MixtureWindows(SlidingWindowDataset):
     ) -> None:
         if any(v is not None for v in unused.values()):
             raise TypeError(f"{', '.join(unused)} do not apply to a Mixture of shard folders; leave them out")
-        kw = dict(max_length=max_length, stride=stride, within_documents=within_documents, split=split, verify=verify)
+        kw: dict[str, Any] = dict(
+            max_length=max_length, stride=stride, within_documents=within_documents, split=split, verify=verify
+        )
         self.mixture = mixture
         self.sources = [SlidingWindowDataset(p, **kw) for p in mixture.paths]
         first = self.sources[0]

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from tokembed.inspection.table import EmbeddingTable, resolve_tokenizer
-from tokembed.tokenizer.base import Tokenizer, TokenizerMismatch
+from tokembed.tokenizer.base import TokenizerLike, TokenizerMismatch
 
 __all__ = ["table_with_counts", "token_counts"]
 
@@ -38,7 +38,7 @@ def table_with_counts(table: EmbeddingTable, *, corpus=None, min_count: int | No
 def token_counts(
     corpus: str | Path,
     *,
-    tokenizer: str | Path | Tokenizer | None = "gpt2",
+    tokenizer: TokenizerLike | None = "gpt2",
     vocab_size: int | None = None,
     progress: bool = False,
 ) -> torch.Tensor:

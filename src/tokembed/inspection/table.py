@@ -36,7 +36,7 @@ import torch
 
 from tokembed._checks import check_int
 from tokembed.embeddings.names import find_scheme, positional_scheme, scheme_names
-from tokembed.tokenizer.base import Tokenizer
+from tokembed.tokenizer.base import Tokenizer, TokenizerLike
 from tokembed.tokenizer.gpt2 import GPT2_EOT, GPT2_N_VOCAB
 from tokembed.training.counts import MIN_COUNT, check_min_count
 
@@ -129,12 +129,12 @@ def gpt2_byte_spelling(token: bytes) -> str:
     return "".join(m[b] for b in token)
 
 
-def _checkpoint_tokenizer(config: dict) -> Tokenizer | str:
+def _checkpoint_tokenizer(config: dict) -> TokenizerLike:
     """The tokenizer a checkpoint was trained with: rebuilt from its record (checked), or its name."""
     return _recorded_tokenizer(config.get("tokenizer_record") or config.get("tokenizer", "gpt2"))
 
 
-def _recorded_tokenizer(record: dict | str) -> Tokenizer | str:
+def _recorded_tokenizer(record: dict | str) -> TokenizerLike:
     if isinstance(record, dict):
         from tokembed.tokenizer import tokenizer_from_record
 
@@ -142,7 +142,7 @@ def _recorded_tokenizer(record: dict | str) -> Tokenizer | str:
     return record  # "gpt2": checkpoints from before tokenizers were recorded
 
 
-def _model_tokenizer(model, rows: int, given) -> Tokenizer | str | None:
+def _model_tokenizer(model: Any, rows: int, given: TokenizerLike | None) -> TokenizerLike | None:
     """The tokenizer of an in-memory model's ids: ``given`` (checked against the model's record), the one it
     records (``load_checkpoint`` sets ``model.tokenizer_record``), or GPT-2's when its vocabulary is GPT-2's."""
     record = getattr(model, "tokenizer_record", None)
@@ -171,7 +171,7 @@ def _model_tokenizer(model, rows: int, given) -> Tokenizer | str | None:
     )
 
 
-def resolve_tokenizer(tokenizer: str | Path | Tokenizer | None) -> Tokenizer | None:
+def resolve_tokenizer(tokenizer: TokenizerLike | None) -> Tokenizer | None:
     """The `Tokenizer` a name, file or object stands for (checked: a `tokembed.Tokenizer`); None or ``"none"``:
     a table whose rows are only ids."""
     if tokenizer is None or tokenizer == "none":
@@ -229,7 +229,7 @@ class EmbeddingTable:
     """
 
     tokens: torch.Tensor
-    tokenizer: Tokenizer | str | Path | None = None
+    tokenizer: TokenizerLike | None = None
     labels: Sequence[str] | None = None
     positions: torch.Tensor | None = None
     positional: str = "none"
@@ -561,7 +561,7 @@ class EmbeddingTable:
 
     # --------------------------------------------------------------- loaders
     @classmethod
-    def from_gpt2(cls, path: str | Path, *, tokenizer="gpt2") -> EmbeddingTable:
+    def from_gpt2(cls, path: str | Path, *, tokenizer: TokenizerLike | None = "gpt2") -> EmbeddingTable:
         """GPT-2's own tables from a local Hugging Face or book-layout checkpoint (no download)."""
         from tokembed.model.gpt2_weights import find_gpt2_file, load_gpt2_embeddings
 
@@ -575,7 +575,7 @@ class EmbeddingTable:
         )
 
     @classmethod
-    def from_model(cls, model, *, tokenizer: str | Path | Tokenizer | None = None) -> EmbeddingTable:
+    def from_model(cls, model: Any, *, tokenizer: TokenizerLike | None = None) -> EmbeddingTable:
         """The tables of an in-memory ``tokembed.GPT`` (``model.embed.token``, ``model.embed.position``).
 
         Sinusoidal positions are computed for ``model.config.context_length`` positions.
@@ -671,7 +671,7 @@ class EmbeddingTable:
         )
 
     @classmethod
-    def from_file(cls, path: str | Path, *, tokenizer="gpt2") -> EmbeddingTable:
+    def from_file(cls, path: str | Path, *, tokenizer: TokenizerLike | None = "gpt2") -> EmbeddingTable:
         """An exported table: ``.npy`` (V, D), or ``.safetensors`` written by ``tokembed export``."""
         path = Path(path)
         if not path.is_file():

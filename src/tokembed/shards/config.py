@@ -6,9 +6,12 @@ import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tokembed.shards.sources import FORMATS
+
+if TYPE_CHECKING:  # the tokenizer stage imports tiktoken: only when a tokenizer is built
+    from tokembed.tokenizer.base import Tokenizer
 
 BACKENDS = ("auto", "tiktoken", "gigatoken")  # tokembed.tokenizer.fast.BACKENDS (not imported: it needs tiktoken)
 
@@ -88,7 +91,7 @@ class PrepareConfig:
         del d["backend"]
         return {k: v for k, v in d.items() if not (k in ("pattern", "eot") and v is None)}
 
-    def build_tokenizer(self):
+    def build_tokenizer(self) -> Tokenizer:
         """The tokenizer this config names (`tokembed.get_tokenizer`)."""
         from tokembed.tokenizer import get_tokenizer
 

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
 import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, TypeAlias, runtime_checkable
+
+import tiktoken
 
 __all__ = [
     "ENDOFTEXT",
@@ -19,6 +22,7 @@ __all__ = [
     "REQUIRED_MEMBERS",
     "Tokenizer",
     "TokenizerIdentity",
+    "TokenizerLike",
     "TokenizerMismatch",
     "encode_ordinary_batch",
     "encode_with_specials",
@@ -110,6 +114,10 @@ class Tokenizer(Protocol):
         ``get_tokenizer`` rebuilds it from) defaults to the name; the registry fills it for registered ones."""
         ...
 
+
+# What a ``tokenizer=`` argument takes: a name or file for `tokembed.get_tokenizer`, or a tokenizer object (a plain
+# ``tiktoken.Encoding`` is adapted to `Tokenizer`).
+TokenizerLike: TypeAlias = str | os.PathLike[str] | Tokenizer | tiktoken.Encoding
 
 REQUIRED_MEMBERS = (
     "name",

@@ -15,8 +15,7 @@ The byte-level search for such a point is the reader's (`tokembed.shards.sources
 
 from __future__ import annotations
 
-from typing import Any
-
+from tokembed.tokenizer.base import Tokenizer
 from tokembed.tokenizer.patterns import CL100K_PAT_STR, GPT2_PAT_STR, O200K_PAT_STR
 
 __all__ = ["CUT_RULES", "cut_for_pattern", "document_cut"]
@@ -30,7 +29,7 @@ def cut_for_pattern(pattern: str) -> str | None:
     return _BY_PATTERN.get(pattern)
 
 
-def document_cut(tok: Any) -> str | None:
+def document_cut(tok: Tokenizer) -> str | None:
     """``"whitespace"``, ``"space"`` or ``None`` (see the module docstring): what ``tok`` says, checked."""
     rule = getattr(tok, "document_cut", None)
     if rule is not None and rule not in CUT_RULES:

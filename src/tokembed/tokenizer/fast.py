@@ -41,7 +41,7 @@ def fast_backend_problem(enc: Tokenizer) -> str | None:
     """
     if importlib.util.find_spec("gigatoken") is None:
         return "gigatoken is not installed (pip install 'tokembed[fast]')"
-    pattern, ranks = getattr(enc, "split_pattern", None), getattr(enc, "mergeable_ranks", None)
+    pattern, ranks = _bpe_tables(enc)
     if pattern not in _SCHEMES or ranks is None:
         return (
             f"gigatoken implements the split patterns of gpt2, r50k_base, cl100k_base and o200k_base, not {enc.name}'s"
@@ -51,14 +51,20 @@ def fast_backend_problem(enc: Tokenizer) -> str | None:
     return None
 
 
-def _build_gigatoken(enc: Any) -> Any:
+def _bpe_tables(enc: Tokenizer) -> tuple[str | None, dict[bytes, int] | None]:
+    """The optional capabilities ``split_pattern`` and ``mergeable_ranks`` (None where absent)."""
+    return getattr(enc, "split_pattern", None), getattr(enc, "mergeable_ranks", None)
+
+
+def _build_gigatoken(enc: Tokenizer) -> Any:
     os.environ.setdefault("RAYON_NUM_THREADS", "1")  # one thread per worker: the workers are the parallelism
     from gigatoken.gigatoken_rs import BPETokenizer
 
     with tempfile.TemporaryDirectory(prefix="tokembed-") as tmp:  # gigatoken reads ranks from a file only
         path = Path(tmp) / f"{enc.name}.tiktoken"
-        path.write_bytes(dump_ranks(enc.mergeable_ranks))
-        return BPETokenizer.from_tiktoken(str(path), _SCHEMES[enc.split_pattern], None)  # no specials: encode_ordinary
+        pattern, ranks = _bpe_tables(enc)
+        path.write_bytes(dump_ranks(ranks or {}))
+        return BPETokenizer.from_tiktoken(str(path), _SCHEMES[pattern or ""], None)  # no specials: encode_ordinary
 
 
 class TokenEncoder:

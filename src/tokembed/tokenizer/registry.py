@@ -13,6 +13,7 @@ import dataclasses
 import functools
 import importlib.metadata
 import inspect
+import os
 import re
 import threading
 from collections.abc import Callable, Mapping
@@ -22,7 +23,7 @@ from typing import Any
 
 import tiktoken
 
-from tokembed.tokenizer.base import ENDOFTEXT, Tokenizer, TokenizerIdentity, missing_members
+from tokembed.tokenizer.base import ENDOFTEXT, Tokenizer, TokenizerIdentity, TokenizerLike, missing_members
 from tokembed.tokenizer.gpt2 import GPT2_EOT, GPT2_N_VOCAB, build_gpt2, gpt2_files
 from tokembed.tokenizer.openai import OPENAI_ENCODINGS, PATTERNS, build_openai, build_tiktoken_file, encoding_file
 from tokembed.tokenizer.raw_bytes import ByteTokenizer
@@ -306,7 +307,7 @@ def as_tokenizer(obj: Any, *, what: str = "got") -> Tokenizer:
     return obj
 
 
-def tokenizer_identity(tok: Any) -> TokenizerIdentity:
+def tokenizer_identity(tok: Tokenizer | tiktoken.Encoding) -> TokenizerIdentity:
     """What the manifest records about ``tok``: name, size, end-of-text id, hash, source, files and options.
 
     Raises:
@@ -327,12 +328,12 @@ def tokenizer_identity(tok: Any) -> TokenizerIdentity:
     return ident
 
 
-def tokenizer_hash(tok: Any) -> str:
+def tokenizer_hash(tok: Tokenizer | tiktoken.Encoding) -> str:
     """A sha256 over a tokenizer's vocabulary: equal hashes, equal ids (the manifest's ``hash``)."""
     return tokenizer_identity(tok).hash
 
 
-def special_tokens(tok: Any) -> dict[str, int]:
+def special_tokens(tok: Tokenizer | tiktoken.Encoding) -> dict[str, int]:
     """A tokenizer's special tokens and their ids (any `Tokenizer`, or a plain ``tiktoken.Encoding``)."""
     return dict(as_tokenizer(tok).special_tokens)
 
@@ -403,7 +404,7 @@ def _from_file(path: Path, stamp: tuple[int, int], pattern: str | None, eot: str
     return FILE_READERS[path.suffix](path, pattern, eot)
 
 
-def tokenizer_file(name_or_path: str | Path) -> Path | None:
+def tokenizer_file(name_or_path: str | os.PathLike[str]) -> Path | None:
     """The tokenizer file ``name_or_path`` names (absolute), or None when it names no file."""
     path = Path(name_or_path).expanduser()
     if path.is_dir() and (path / "tokenizer.json").is_file():
@@ -418,7 +419,7 @@ def tokenizer_file(name_or_path: str | Path) -> Path | None:
 
 
 def get_tokenizer(
-    name_or_path: str | Path | Tokenizer | tiktoken.Encoding = "gpt2",
+    name_or_path: TokenizerLike = "gpt2",
     *,
     pattern: str | None = None,
     eot: str | None = None,
@@ -442,11 +443,11 @@ def get_tokenizer(
         FileNotFoundError: a missing file, or the package that ships a vocabulary is not installed.
         TypeError: an object that lacks members of `Tokenizer` (names them).
     """
-    if not isinstance(name_or_path, (str, Path)):
+    if not isinstance(name_or_path, (str, os.PathLike)):
         if pattern is not None or eot is not None or options:
             raise ValueError("pattern, eot and options apply to a tokenizer's name or file, not to a tokenizer object")
         return as_tokenizer(name_or_path)
-    entry = _entry(str(name_or_path))
+    entry = _entry(os.fspath(name_or_path))
     if entry is not None:
         given = {k: v for k, v in {"pattern": pattern, "eot": eot, **options}.items() if v is not None}
         return _build_named(entry, given)

@@ -6,11 +6,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from tokembed.tokenizer.base import TokenizerIdentity
+from tokembed.tokenizer.base import TokenizerIdentity, TokenizerLike
 
 
 @dataclass
@@ -36,7 +35,7 @@ def _is_shard_folder(path: Path) -> bool:
     return path.is_dir() and (path / "manifest.json").exists()
 
 
-def data_tokenizer(data: str | Path | dict, *, tokenizer: Any = None) -> TokenizerIdentity:
+def data_tokenizer(data: str | Path | dict, *, tokenizer: TokenizerLike | None = None) -> TokenizerIdentity:
     """The tokenizer of ``data``: a shard folder's manifest (another ``tokenizer`` is an error naming
     both), a mixture's (its sources share one), or ``tokenizer`` (default gpt2) for a text file. Cheap:
     nothing is tokenized."""
@@ -68,7 +67,7 @@ def _mixture(spec: dict):
     return Mixture.from_spec(spec)
 
 
-def _mixture_data(spec: dict, max_val_tokens: int | None, tokenizer: Any) -> TrainingData:
+def _mixture_data(spec: dict, max_val_tokens: int | None, tokenizer: TokenizerLike | None) -> TrainingData:
     """A mixture: its sources' train splits, mixed by the loader; validation: each source's val split, by weight."""
     from tokembed.shards.reader import open_shards
 
@@ -88,7 +87,11 @@ def _mixture_data(spec: dict, max_val_tokens: int | None, tokenizer: Any) -> Tra
 
 
 def load_training_data(
-    data: str | Path | dict, *, val_fraction: float = 0.1, max_val_tokens: int | None = None, tokenizer: Any = None
+    data: str | Path | dict,
+    *,
+    val_fraction: float = 0.1,
+    max_val_tokens: int | None = None,
+    tokenizer: TokenizerLike | None = None,
 ) -> TrainingData:
     """Resolve ``data`` into training source and validation tokens.
 
