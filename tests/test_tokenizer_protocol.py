@@ -353,3 +353,13 @@ def test_the_documented_table_lists_every_built_in_tokenizer():
     rows = [line for line in DOCS.read_text(encoding="utf-8").splitlines() if line.startswith("| `")]
     named = [line.split("`")[1] for line in rows]
     assert [n for n in named if n in tokembed.tokenizer.registry.BUILTIN] == list(tokembed.tokenizer.registry.BUILTIN)
+
+
+def test_a_registered_name_works_wherever_a_tokenizer_is_taken(chars):
+    from tokembed.data.windows import SlidingWindowDataset, encode_text
+
+    assert encode_text("ab<|endoftext|>", "chars").tolist() == [*chars.encode_ordinary("ab"), chars.eot_token]
+    windows = SlidingWindowDataset("abcdefgh", max_length=4, tokenizer="chars")
+    assert windows.eot_token == chars.eot_token and windows[0][0].tolist() == chars.encode_ordinary("abcd")
+    bytes_windows = SlidingWindowDataset("abcdefgh", max_length=4, tokenizer="bytes")
+    assert bytes_windows.eot_token == 256  # a name, resolved: not GPT-2's 50256

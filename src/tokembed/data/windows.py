@@ -258,7 +258,8 @@ class SlidingWindowDataset(Dataset):
             text = source
         if text is not None:
             _refuse("a text", split=split, verify=verify)
-            enc = get_tokenizer("gpt2") if tokenizer is None else tokenizer
+            named = tokenizer is None or isinstance(tokenizer, (str, os.PathLike))
+            enc: Any = get_tokenizer(tokenizer or "gpt2") if named else tokenizer
             arr = encode_text(text, enc)
             self.source_kind = "text"
             self.eot_token = int(getattr(enc, "eot_token", GPT2_EOT)) if eot_token is None else int(eot_token)
