@@ -154,7 +154,11 @@ def bytes_run(tmp_path_factory, story):
     config = tokembed.TrainConfig(
         data=str(root / "bshards"), out=str(root / "run"), max_length=16, batch_size=2, max_steps=2, warmup_steps=1
     )
-    tokembed.train(config, tokembed.GPTConfig(context_length=16, dim=8, n_layers=1, n_heads=2), progress=False)
+    tokembed.train(
+        config,
+        tokembed.GPTConfig(vocab_size=257, eot_token=256, context_length=16, dim=8, n_layers=1, n_heads=2),
+        progress=False,
+    )
     return root
 
 
