@@ -244,6 +244,10 @@ def test_an_object_that_lacks_members_is_refused_naming_them(tmp_path):
             tokembed.prepare_corpus([tmp_path / "t.txt"], tmp_path / "o", tokenizer="half", workers=1)
         with pytest.raises(TypeError, match=r"lacks special_tokens"):
             tokembed.EmbeddingTable(np.zeros((10, 2), dtype=np.float32), HalfATokenizer())
+        with pytest.raises(
+            TypeError, match=r"prepare takes a tokenizer's name or file, got <.*CharTokenizer.*register"
+        ):
+            tokembed.prepare_corpus([tmp_path / "t.txt"], tmp_path / "o", tokenizer=CharTokenizer(), workers=1)
     finally:
         tokembed.tokenizer.unregister_tokenizer("half")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -59,7 +60,12 @@ class PrepareConfig:
     def __post_init__(self):
         if self.backend not in BACKENDS:
             raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
-        object.__setattr__(self, "tokenizer", _absolute_if_file(str(self.tokenizer)))
+        if not isinstance(self.tokenizer, (str, os.PathLike)):  # the manifest records a name that rebuilds it
+            raise TypeError(
+                f"prepare takes a tokenizer's name or file, got {self.tokenizer!r}: register it "
+                "(tokembed.register_tokenizer(name, build)) and pass the name, which the manifest records"
+            )
+        object.__setattr__(self, "tokenizer", _absolute_if_file(os.fspath(self.tokenizer)))
         if not isinstance(self.field, str) or not self.field:
             raise ValueError(f"field must be a non-empty string, got {self.field!r}")
         if self.format not in FORMATS:
