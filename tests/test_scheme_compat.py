@@ -136,6 +136,11 @@ def test_a_0_1_checkpoint_is_inspected_evaluated_and_reported(tmp_path, capsys):
     shaw = load_file(str(FIXTURES / "shaw" / "model.safetensors"))
     assert picture["curves"][0]["y"] == pytest.approx(shaw["blocks.0.attn.positional.key"].norm(dim=1).tolist())
     assert main(["eval", str(FIXTURES / "rope"), "--data", str(FIXTURES / "data.txt"), "--lengths", "16,32"]) == 0
+    data = str(FIXTURES / "data.txt")
+    with pytest.raises(ValueError, match=r"rope scaling must be one of linear, ntk, yarn, llama3 or None, got 'dyn'"):
+        tokembed.evaluate(FIXTURES / "rope", lengths=[16], data=data, rope_scaling="dyn")  # the scheme's scalings
+    with pytest.raises(ValueError, match=r"rope_scaling applies to rope models; this one uses 't5' positions"):
+        tokembed.evaluate(FIXTURES / "t5", lengths=[16], data=data, rope_scaling="linear")
     out = tmp_path / "r.html"
     assert main(["report", str(FIXTURES / "t5"), "-o", str(out), "--no-tsne", "--points", "100"]) == 0
     html = out.read_text(encoding="utf-8")

@@ -231,6 +231,33 @@ def test_the_cli_offers_its_options_and_trains_resumes_and_refuses_with_them(reg
     )
 
 
+def test_the_positions_experiment_runs_it_with_each_schemes_options(registered, tmp_path, capsys):
+    out = tmp_path / "exp"
+    args = [
+        "experiment",
+        "positions",
+        str(STORY),
+        "--out",
+        str(out),
+        "--quick",
+        "--no-progress",
+        "--tokenizer",
+        "bytes",
+    ]
+    options = ["--rope-fraction", "0.5", "--slopes-init-slope", "0.3", "--slopes-trainable", "false"]
+    assert main([*args, "--schemes", "rope,slopes", *options]) == 0
+    doc = json.loads((out / "results.json").read_text())
+    assert set(doc["results"]) == {"rope", "rope+pi", "rope+ntk", "rope+yarn", "rope+llama3", "slopes"}
+    assert doc["config"]["positional_options"] == {
+        "rope": {"fraction": 0.5},
+        "slopes": {"init_slope": 0.3, "trainable": False},
+    }
+    assert json.loads((out / "rope" / "config.json").read_text())["model"]["positional_options"]["fraction"] == 0.5
+    assert saved_slopes(out / "slopes") == pytest.approx([0.3, 0.3], rel=1e-7)  # float32, untrained
+    assert main([*args, "--schemes", "alibi", "--rope-fraction", "0.5"]) == 2
+    assert "positional_options are given for 'rope', which schemes leaves out (alibi)" in capsys.readouterr().err
+
+
 def sinusoid(n: int, dim: int) -> torch.Tensor:
     """Vaswani et al.'s table from its definition: PE[p, 2i] = sin(p / 10000^(2i/D)), PE[p, 2i+1] = cos(...)."""
     pe = torch.zeros(n, dim, dtype=torch.float64)

@@ -28,6 +28,8 @@ _PUBLIC = {
     "PrepareResult": "shards.prepare",
     "merge_manifests": "shards.prepare",
     "prepare_corpus": "shards.prepare",
+    "InputFormat": "shards.formats",
+    "register_format": "shards.formats",
     "ShardInfo": "shards.format",
     "ShardSet": "shards.reader",
     "check_shards": "shards.check",

@@ -94,13 +94,14 @@ def _add_model_options(m) -> None:
 
 def add_scheme_options(p: argparse.ArgumentParser) -> None:
     """One argument group per registered scheme with options: ``--<scheme>-<option>`` for each field of its
-    options dataclass (and the field's aliases, such as 0.1's ``--t5-buckets``), help and defaults from it."""
+    options dataclass (and the field's aliases, such as 0.1's ``--t5-buckets``), help and defaults from it.
+    `train` and `experiment positions` call it; `scheme_options` / `options_by_scheme` read the values back."""
     for name in scheme_names():
         scheme = positional_scheme(name)
         specs = scheme.option_specs()
         if not specs:
             continue
-        g = p.add_argument_group(f"{name} positions (with --positional {name}): {scheme.summary}".rstrip(": "))
+        g = p.add_argument_group(f"{name} positions: {scheme.summary}".rstrip(": "))
         for spec in specs:
             try:
                 g.add_argument(
@@ -121,19 +122,34 @@ def _scheme_dest(scheme: str, option: str) -> str:
     return f"positional option {scheme} {option}"  # no other argument can be called this
 
 
-def scheme_options(args: argparse.Namespace, positional: str) -> dict:
-    """The options given on the command line for the scheme ``positional``; raises for another scheme's."""
-    given: dict = {}
+def _given_scheme_options(args: argparse.Namespace) -> list:
+    """(OptionSpec, value) of every scheme option given on the command line."""
+    given = []
     for name in scheme_names():
         for spec in positional_scheme(name).option_specs():
             value = getattr(args, _scheme_dest(name, spec.name), None)
-            if value is None:
-                continue
-            if name != positional:
-                raise ValueError(
-                    f"{spec.flags[0]} is an option of --positional {name}, but this model uses {positional}"
-                )
-            given[spec.name] = value
+            if value is not None:
+                given.append((spec, value))
+    return given
+
+
+def scheme_options(args: argparse.Namespace, positional: str) -> dict:
+    """The options given on the command line for the scheme ``positional``; raises for another scheme's."""
+    given = {}
+    for spec, value in _given_scheme_options(args):
+        if spec.scheme != positional:
+            raise ValueError(
+                f"{spec.flags[0]} is an option of --positional {spec.scheme}, but this model uses {positional}"
+            )
+        given[spec.name] = value
+    return given
+
+
+def options_by_scheme(args: argparse.Namespace) -> dict[str, dict]:
+    """The scheme options given on the command line, by scheme (for runs of several schemes)."""
+    given: dict[str, dict] = {}
+    for spec, value in _given_scheme_options(args):
+        given.setdefault(spec.scheme, {})[spec.name] = value
     return given
 
 
@@ -246,6 +262,7 @@ def _add_experiment(sub: argparse._SubParsersAction) -> None:
     pos.add_argument("--device", help="auto, cpu, cuda or mps (default auto)")
     pos.add_argument("--quick", action="store_true", help="a tiny run (seconds), as the tests use")
     pos.add_argument("--no-progress", action="store_true")
+    add_scheme_options(pos)
     pos.set_defaults(func=run_experiment)
 
 
@@ -373,6 +390,7 @@ def run_experiment(args: argparse.Namespace) -> int:
         options["multiples"] = tuple(options["multiples"])
     if args.schemes is not None:
         options["schemes"] = tuple(args.schemes)
+    options["positional_options"] = options_by_scheme(args)
     config = PositionsExperiment(data=args.data, out=str(args.out), **options)
     doc = run_positions_experiment(config, progress=_show_progress(args))
     from tokembed.training.experiment import format_table

@@ -245,6 +245,7 @@ for _scheme in (
         f"{_E}.rotary:RotaryEmbedding.from_options",
         options=RopeOptions,
         even="head_dim",
+        scalings=ROPE_SCALINGS,
         reference="Su et al. 2021 (RoFormer)",
         summary="rotates queries and keys by angles proportional to the position",
     ),

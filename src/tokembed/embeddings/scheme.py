@@ -89,11 +89,6 @@ class OptionSpec:
     help: str
     choices: tuple | None = None
 
-    @property
-    def legacy_name(self) -> str:
-        """The flat ``GPTConfig`` field tokembed 0.1 had for it (``rope_base``, ``t5_num_buckets``)."""
-        return f"{self.scheme}_{self.name}"
-
 
 @dataclass(frozen=True)
 class PositionalScheme:
@@ -104,13 +99,15 @@ class PositionalScheme:
         acts: ``"input"``, ``"rotate"``, ``"score"`` or ``"none"`` (see the module docstring).
         build: ``build(options, shape) -> module``, or ``"package.module:attribute"`` naming it (imported when
             first used); None only for ``acts == "none"``.
-        options: the frozen dataclass of its options (every field with a default); ``NoOptions`` for none.
+        options: the frozen dataclass of its options (every field with a default, validated in its
+            ``__post_init__``; a method ``check_shape(shape)`` may refuse a model shape); ``NoOptions`` for none.
         bounded: it cannot read past ``context_length`` (a table with one row per position).
         per_layer: each attention layer gets its own module (it has per-layer parameters).
         values: it also adds a term to the attention output, given the weights (Shaw's value vectors).
         vectors: how its per-position vectors are had, for inspection: ``"table"`` (stored weights),
             ``"formula"`` (computed by its module), or None (it has none).
         even: the width that must be even: ``"dim"`` (sin/cos pairs), ``"head_dim"`` (rotated pairs), or None.
+        scalings: the long-context scalings its modules take at evaluation (``set_scaling``; RoPE's), if any.
         reference: where it comes from (shown by ``tokembed inspect`` and the report).
         summary: one line for ``--help`` and the docs.
     """
@@ -124,6 +121,7 @@ class PositionalScheme:
     values: bool = False
     vectors: str | None = None
     even: str | None = None
+    scalings: tuple[str, ...] = ()
     reference: str = ""
     summary: str = ""
 

@@ -124,7 +124,7 @@ def _from_flat(d: dict) -> dict:
     """tokembed 0.1's layout -> today's: the flat options of the config's scheme in ``positional_options``."""
     known = {k: v for k, v in d.items() if k in _FIELDS}
     flat = {k: v for k, v in d.items() if k not in _FIELDS}
-    options, rest = options_from_flat(known.get("positional", "learned"), flat)
+    options, rest = options_from_flat(known.get("positional", GPTConfig.positional), flat)
     return {**known, **rest, "positional_options": options}  # rest: unknown keys, named by from_dict
 
 
@@ -136,7 +136,7 @@ def _accept_flat_options(init):
         flat = {k: kwargs.pop(k) for k in list(kwargs) if k not in _FIELDS}
         if flat:
             given = {**dict(zip(_FIELDS, args)), **kwargs}
-            options, unknown = options_from_flat(given.get("positional", "learned"), flat)
+            options, unknown = options_from_flat(given.get("positional", GPTConfig.positional), flat)
             if unknown:
                 raise TypeError(
                     f"GPTConfig got unexpected keyword arguments {sorted(unknown)}; its fields are {list(_FIELDS)}"

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tokembed.shards.sources import FORMATS
+from tokembed.shards.sources import check_format_name
 
 if TYPE_CHECKING:  # the tokenizer stage imports tiktoken: only when a tokenizer is built
     from tokembed.tokenizer.base import Tokenizer
@@ -35,8 +35,8 @@ class PrepareConfig:
         backend: who encodes: ``"auto"`` (gigatoken when installed and exact for the tokenizer, else
             tiktoken), ``"tiktoken"`` or ``"gigatoken"``. Not recorded: the shards are identical either way.
         field: the JSON Lines field, or the Parquet column, holding the text.
-        format: ``"auto"`` (by suffix), or ``"text"``, ``"jsonl"``, ``"parquet"`` for files with another suffix
-            (and ``"text"`` or ``"jsonl"`` for stdin).
+        format: ``"auto"`` (by suffix), or the name of a registered input format (``"text"``, ``"jsonl"``,
+            ``"parquet"``, ...: `tokembed.shards.formats`) for files with another suffix and for stdin.
         val_fraction: fraction of documents in the ``val`` split, chosen by a hash of each document's text
             (deterministic; identical documents always land in the same split).
         shard_mb: raw input per work unit (= per shard), in MB. Memory is bounded by about
@@ -68,8 +68,7 @@ class PrepareConfig:
         object.__setattr__(self, "tokenizer", _absolute_if_file(os.fspath(self.tokenizer)))
         if not isinstance(self.field, str) or not self.field:
             raise ValueError(f"field must be a non-empty string, got {self.field!r}")
-        if self.format not in FORMATS:
-            raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {self.format!r}")
+        check_format_name(self.format)
         if isinstance(self.val_fraction, bool) or not (
             isinstance(self.val_fraction, (int, float)) and 0.0 <= self.val_fraction < 1.0
         ):

@@ -20,7 +20,7 @@ from tokembed._atomic import atomic_write, atomic_write_json, fsync_dir, is_temp
 from tokembed._lock import LOCK_NAME
 from tokembed.shards.config import PrepareConfig
 from tokembed.shards.format import FORMAT, INDEX_DTYPE, MANIFEST, VERSION, ShardInfo, dtype_for_vocab, sha256_file
-from tokembed.shards.sources import InputFile
+from tokembed.shards.formats import InputFile, InputFormat, get_format
 from tokembed.shards.units import FILE_STATS, SPLITS
 
 __all__ = [
@@ -344,17 +344,26 @@ def assemble_manifest(
     return {**identity, "inputs": inputs, "units": n_units, "splits": splits, **times}
 
 
+def _format_named(name: str) -> InputFormat:
+    """The input format ``name`` (its messages), or the defaults for a format this process has not registered."""
+    try:
+        return get_format(name)
+    except ValueError:
+        return InputFormat()
+
+
 def _no_documents(inputs: list[dict[str, Any]]) -> str:
     """The error for a run whose inputs hold no document at all: what each input held instead."""
 
     def held(f: dict[str, Any]) -> str:
+        fmt = _format_named(f["format"])
         if not f["bytes"]:
             return "an empty file"
         if f["empty"]:
-            return f"{f['empty']:,} empty document(s)" + (" or null value(s)" if f["format"] == "parquet" else "")
+            return f"{f['empty']:,} {fmt.empty_what}"
         if f["bad_lines"]:
-            return f"{f['bad_lines']:,} bad JSON line(s) skipped"
-        return "no rows" if f["format"] == "parquet" else "no documents (blank lines only)"
+            return f"{f['bad_lines']:,} {fmt.bad_what}"
+        return fmt.nothing_what
 
     listed = "; ".join(f"{f['path']}: {held(f)}" for f in inputs[:10]) + ("; ..." if len(inputs) > 10 else "")
     return f"the inputs hold no documents to tokenize ({listed}); check the inputs, --field and --format"

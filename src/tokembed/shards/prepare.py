@@ -61,7 +61,7 @@ from tokembed.shards.folder import (
     write_unit,
 )
 from tokembed.shards.format import MANIFEST, ShardInfo
-from tokembed.shards.parquet import check_columns
+from tokembed.shards.formats import check_inputs
 from tokembed.shards.progress import Progress
 from tokembed.shards.schema import seal
 from tokembed.shards.sources import InputFile, find_inputs
@@ -186,7 +186,7 @@ def prepare_corpus(
     out = local_path(out, what="--out")
     refuse_inside_checkpoint(out)
     files, skipped = find_inputs(inputs, format=config.format)
-    check_columns(files, config.field)  # a Parquet file without the text column fails before the folder is touched
+    check_inputs(files, config.field)  # e.g. a Parquet file without the text column fails before the folder is touched
     tok, dtype = tokenizer_entry(config)
     if overwrite and world_size > 1:
         raise ValueError(

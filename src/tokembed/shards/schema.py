@@ -35,6 +35,10 @@ def _is_str(v: Any) -> bool:
     return isinstance(v, str) and bool(v)
 
 
+def _is_format_name(v: Any) -> bool:
+    return isinstance(v, str) and _FORMAT_NAME.fullmatch(v) is not None
+
+
 def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
@@ -55,7 +59,7 @@ TOKENIZER_FIELDS: dict[str, tuple[Callable[[Any], bool], str, bool]] = {
 CONFIG_FIELDS: dict[str, tuple[Callable[[Any], bool], str, bool]] = {
     "tokenizer": (_is_str, "a non-empty string", True),
     "field": (_is_str, "a non-empty string", True),
-    "format": (lambda v: v in ("auto", *INPUT_FORMATS), "'auto' or an input format", True),
+    "format": (lambda v: _is_format_name(v), "'auto' or an input format's name", True),
     "val_fraction": (lambda v: _is_number(v) and 0 <= v < 1, "a number in [0, 1)", True),
     "shard_mb": (lambda v: _is_number(v) and v > 0, "a number > 0", True),
     "strict": (lambda v: isinstance(v, bool), "true or false", True),
@@ -65,7 +69,9 @@ CONFIG_FIELDS: dict[str, tuple[Callable[[Any], bool], str, bool]] = {
     "backend": (_is_str, "a non-empty string", False),
 }
 
-INPUT_FORMATS = ("text", "jsonl", "parquet")  # tokembed.shards.sources.FORMATS without "auto"
+# An input format's name (tokembed.shards.formats.registry's rule): any, not only those registered here, so a
+# folder made with a plugin's format checks without the plugin.
+_FORMAT_NAME = re.compile(r"[a-z][a-z0-9_-]*")
 SHARD_FIELDS = ("tokens", "index", "n_tokens", "n_documents", "bytes", "sha256", "index_sha256")
 INPUT_COUNTS = ("documents", "tokens", "chars", "text_bytes", "empty", "replaced", "bad_lines")
 
@@ -191,9 +197,10 @@ def _inputs_problems(inputs: Any) -> list[str]:
         if not isinstance(f, dict) or not _is_str(f.get("path")):
             problems.append(f"{where} has no 'path'")
             continue
-        if f.get("format") not in INPUT_FORMATS or not isinstance(f.get("compressed"), (bool, str)):
+        if not _is_format_name(f.get("format")) or not isinstance(f.get("compressed"), (bool, str)):
             problems.append(
-                f"{where} ({f['path']}): 'format' must be one of {', '.join(INPUT_FORMATS)} and 'compressed' a bool or a codec name"
+                f"{where} ({f['path']}): 'format' must be an input format's name (text, jsonl, parquet, ...) and "
+                "'compressed' a bool or a codec name"
             )
         if "bytes" in f and f["bytes"] is not None and not _is_int(f["bytes"]):
             problems.append(f"{where} ({f['path']}): 'bytes' must be an integer >= 0 or null, got {f['bytes']!r}")

@@ -1,41 +1,29 @@
-"""Work units: the plan of a corpus (byte spans -> units -> parts), and tokenizing one part in a worker.
+"""Work units: the plan of a corpus (spans -> units -> parts), and tokenizing one part in a worker.
 
-`iter_units` turns the inputs' spans (`tokembed.sources.plan_units`) into numbered units, deciding the
-split of documents that get cut; `unit_parts` cuts a unit into tasks of about `PART_BYTES`;
-`tokenize_unit` runs in the workers (processes or Ray tasks): it reads a part's spans (bytes of text and
-JSON Lines files, or Parquet rows packed by `tokembed.shards.parquet`), hashes them, decodes (refusing a
-record that is mostly not text, replacing a few invalid UTF-8 sequences), parses and tokenizes; `join_parts` puts a unit's parts back together with the sha256 of the
-files `tokembed.prepare` writes. Everything here is a pure function of the input bytes and the
-`PrepareConfig`, which is why the output does not depend on workers, engines or ranks.
+`iter_units` turns the inputs' spans (`tokembed.shards.sources.plan_units`) into numbered units, deciding the
+split of documents that get cut; `unit_parts` cuts a unit into tasks of about `PART_BYTES` (each span by its
+format's ``split``); `tokenize_unit` runs in the workers (processes or Ray tasks): it reads a part's spans
+through their formats, hashes the bytes, has the format turn them into texts (the shared rules: UTF-8 replaced
+and counted or strict, binaries refused), and tokenizes; `join_parts` puts a unit's parts back together with the
+sha256 of the files `tokembed.shards.prepare` writes. Nothing here asks which format a span is. Everything is a
+pure function of the input bytes and the `PrepareConfig`, which is why the output does not depend on workers,
+engines or ranks.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
-import json
-import re
 import struct
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tokembed.shards.format import INDEX_DTYPE, dtype_for_vocab
-from tokembed.shards.parquet import ROWS, ParquetPlan, read_rows, row_records, row_where, split_rows
-from tokembed.shards.sources import (
-    CONT,
-    CUTS,
-    LINES,
-    MORE,
-    InputFile,
-    Span,
-    line_number,
-    plan_units,
-    read_span,
-    split_span,
-)
+from tokembed.shards.formats.base import CONT, MORE, RecordContext, Span
+from tokembed.shards.formats.registry import codec_for, get_format
+from tokembed.shards.sources import CUTS, InputFile, plan_units
 
 if TYPE_CHECKING:
     from tokembed.shards.config import PrepareConfig
@@ -56,16 +44,9 @@ SPLITS = ("train", "val")
 FILE_STATS = ("documents", "tokens", "chars", "text_bytes", "empty", "replaced", "bad_lines")
 
 
-VAL = 8  # Span.flags: a piece of a cut document that belongs to the val split
+VAL = 8  # Span.flags: a piece of a cut document that belongs to the val split (1, 2 are CONT, MORE)
 VAL_KEY_BYTES = 1 << 20  # the validation split hashes a document's first MiB of text
 PART_BYTES = 1 << 20  # units are tokenized in parts of about this size, so workers share even a few units
-# A record (document, piece, JSON line, Parquet value) of at least NOT_TEXT_MIN_BYTES whose bytes are more than
-# NOT_TEXT_SHARE invalid UTF-8 or control bytes is refused: binaries measure 35-65% (ELF, PNG, PDF, gzip, zip),
-# text in a legacy 8-bit encoding of a Cyrillic or Greek script about 50%; Latin-1 French or German 1-5%.
-NOT_TEXT_SHARE = 0.2
-NOT_TEXT_MIN_BYTES = 64
-_CONTROL = bytes(range(0x00, 0x09)) + bytes(range(0x0E, 0x20))  # C0 controls but \t \n \v \f \r
-_ESCAPED = re.compile("[\udc80-\udcff]")  # an invalid byte, decoded with surrogateescape
 
 
 @dataclass
@@ -106,25 +87,25 @@ def _cut_rule(config: PrepareConfig):
 
 
 def unit_parts(unit: Unit, config: PrepareConfig, names: dict[int, str]) -> list[Unit]:
-    """Cut a unit into parts of at least `PART_BYTES` (JSON lines, documents, or pieces of documents cut at
-    safe points). The parts' results, put together in order, are the unit's; the cuts depend only on the
-    input. A whole document that gets cut has its split decided here, from its head, like a cut document."""
+    """Cut a unit into parts of at least `PART_BYTES` (each span as its format splits it: at line ends, at rows,
+    at safe points of a document). The parts' results, put together in order, are the unit's; the cuts depend
+    only on the input. A whole document that gets cut has its split decided here, from its head, like a cut
+    document."""
+    cut_at = _cut_rule(config)
     spans: list[Span] = []
     for sp in unit.spans:
-        if not sp.flags & (LINES | ROWS | CONT | MORE) and len(sp) > PART_BYTES and config.val_fraction > 0:
-            n = _head_bytes()
+        parts = get_format(sp.format).split(sp, PART_BYTES, names[sp.file], cut_at)
+        if len(parts) > 1 and parts[0].flags & MORE and not sp.flags & (CONT | MORE) and config.val_fraction > 0:
+            n = _head_bytes()  # (pieces of one document: the span's bytes are the document's)
             head = (
                 sp.data[:n]
                 if sp.data is not None
-                else read_span(Span(sp.file, sp.start, min(sp.end, sp.start + n)), names[sp.file])
+                else _read(replace(sp, end=min(sp.end, sp.start + n)), names[sp.file])
             )
             if _head_in_val(head, config.val_fraction):
-                sp = dataclasses.replace(sp, flags=sp.flags | VAL)
-        spans += (
-            split_rows(sp, PART_BYTES)
-            if sp.flags & ROWS
-            else split_span(sp, PART_BYTES, names[sp.file], _cut_rule(config))
-        )
+                for p in parts:
+                    p.flags |= VAL
+        spans += parts
     groups: list[list[Span]] = [[]]
     size = 0
     for sp in spans:
@@ -145,16 +126,16 @@ def unit_input_hash(parts: Sequence[Unit], names: dict[int, str]) -> str:
     return _unit_hash([_input_hash(p.spans, [_read(sp, names[sp.file]) for sp in p.spans]) for p in parts])
 
 
-def _read(sp: Span, path: str) -> bytes:
-    """A span's bytes: Parquet rows packed (`tokembed.shards.parquet`), or the bytes of a text/JSON Lines file."""
-    return read_rows(sp, path) if sp.flags & ROWS else read_span(sp, path)
+def _read(sp: Span, name: str) -> bytes:
+    """A span's bytes, as its format reads them (what is hashed and parsed)."""
+    return get_format(sp.format).read(sp, name)
 
 
 def iter_units(files: Sequence[InputFile], config: PrepareConfig, *, carry: bool = False) -> Iterator[Unit]:
     """The plan: the inputs cut into units of at least ``config.unit_bytes`` bytes (the last may be smaller).
 
-    A text document cut into pieces goes to one split as a whole: the split is decided here, once, from
-    the document's first `VAL_KEY_BYTES` (the same rule the workers apply to whole documents).
+    A document cut into pieces goes to one split as a whole: the split is decided here, once, from the
+    document's first `VAL_KEY_BYTES` (the same rule the workers apply to whole documents).
     """
     in_val = False
     for uid, (spans, disk_bytes) in enumerate(
@@ -165,7 +146,6 @@ def iter_units(files: Sequence[InputFile], config: PrepareConfig, *, carry: bool
             head_bytes=_head_bytes() if config.val_fraction > 0 else 0,
             cut_at=_cut_rule(config),
             field=config.field,
-            parquet=ParquetPlan,
         )
     ):
         for sp in spans:
@@ -219,29 +199,15 @@ def trim_heap() -> None:
         _malloc_trim(0)
 
 
-_malloc_trim = None
-
-
-def _records(sp: Span, data: bytes) -> Iterator[tuple[bytes | None, int, int]]:
-    """``(raw, offset, k)`` for each record of a span: its JSON lines (``k``-th line of the span), its Parquet
-    rows (``offset`` the row number, ``raw`` None for a null), or its one document or piece (``k = -1``)."""
-    if sp.flags & ROWS:
-        yield from row_records(sp, data)
-        return
-    if not sp.flags & LINES:
-        yield data, sp.start, -1
-        return
-    offset = sp.start
-    for k, raw in enumerate(data.split(b"\n")):  # the last item follows the final newline: blank
-        yield raw, offset, k
-        offset += len(raw) + 1
+_malloc_trim: Any = None
 
 
 def tokenize_unit(unit: Unit, config: PrepareConfig, names: Sequence[str] | dict[int, str]) -> dict[str, Any]:
-    """Tokenize one unit (runs in a worker): read its spans, hash them, decode, parse, tokenize.
+    """Tokenize one unit (runs in a worker): read its spans, hash them, have their formats turn them into texts,
+    tokenize.
 
     Returns per-split token and index arrays with their sha256, the unit's input hash, and per-input-file
-    counts. Raises ValueError naming the file and line or byte offset for bad input.
+    counts. Raises ValueError naming the file and line, row or byte offset for bad input.
     """
     from tokembed.tokenizer.fast import token_encoder
 
@@ -253,12 +219,11 @@ def tokenize_unit(unit: Unit, config: PrepareConfig, names: Sequence[str] | dict
     acc = _UnitTokens(enc.eot_token, dtype_for_vocab(enc.n_vocab))
     for sp, data in zip(unit.spans, datas):
         st = acc.stats.setdefault(sp.file, dict.fromkeys(FILE_STATS, 0))
-        for raw, offset, k in _records(sp, data):
-            where = _Where(names[sp.file], sp, offset, k)
-            text = _record_text(raw, where, config, st)
-            if text is None:
-                continue
-            if sp.flags & (CONT | MORE):  # a piece of a cut document: never blank, its split decided by the planner
+        fmt = get_format(sp.format)
+        piece = sp.flags & (CONT | MORE)  # a piece of a cut document: never blank, its split decided by the planner
+        records = RecordContext(fmt, names[sp.file], sp, config, st, compressed=codec_for(names[sp.file]) is not None)
+        for text in fmt.texts(sp, data, records):
+            if piece:
                 split = "val" if sp.flags & VAL else "train"
             elif not text.strip():
                 st["empty"] += 1
@@ -268,109 +233,6 @@ def tokenize_unit(unit: Unit, config: PrepareConfig, names: Sequence[str] | dict
             acc.add(split, encoder.encode_ordinary(text), text, sp, st)
     del datas
     return acc.result(unit, input_hash)
-
-
-class _Where:
-    """Where a record is, for error messages: the file, and the line for JSON Lines (counted on demand) or the
-    row group and row for Parquet."""
-
-    def __init__(self, name: str, sp: Span, offset: int, k: int) -> None:
-        self.name, self.sp, self.offset, self.k = name, sp, offset, k
-
-    def __str__(self) -> str:
-        if self.k < 0:
-            return self.name
-        if self.sp.flags & ROWS:
-            return row_where(self.name, self.sp, self.offset)
-        line = self.sp.line + self.k if self.sp.line else line_number(self.name, self.offset)
-        return f"{self.name}, line {line}"
-
-
-def _record_text(raw: bytes | None, where: _Where, config: PrepareConfig, st: dict[str, int]) -> str | None:
-    """The text of one record (a document, a piece of one, a Parquet value, or a JSON line's field); None to
-    skip it."""
-    lines = where.sp.flags & LINES
-    if raw is None:  # a null in a Parquet column: an empty document
-        st["empty"] += 1
-        return None
-    if lines and not raw.strip():
-        return None  # blank line in JSON Lines
-    text = _decode(raw, where, config, st)
-    if not lines:
-        return text
-    return _json_field(text, where, config, st)
-
-
-def _decode(raw: bytes, where: _Where, config: PrepareConfig, st: dict[str, int]) -> str:
-    try:
-        text = raw.decode("utf-8")
-        _refuse_non_text(raw, 0, where)
-        return text
-    except UnicodeDecodeError as e:
-        if config.strict:
-            gz = " of the decompressed data" if where.name.endswith((".gz", ".zst")) else ""
-            raise ValueError(
-                f"{where}: invalid UTF-8 at byte offset {e.start if where.sp.flags & ROWS else where.offset + e.start}{gz} ({raw[e.start : e.start + 4]!r}); "
-                "fix the file, or drop --strict to replace invalid bytes with U+FFFD"
-            ) from None
-    _refuse_non_text(raw, len(_ESCAPED.findall(raw.decode("utf-8", "surrogateescape"))), where)
-    text = raw.decode("utf-8", "replace")
-    st["replaced"] += text.count("\ufffd") - raw.count("\ufffd".encode())
-    return text
-
-
-def _json_problem(e: Exception) -> str:
-    """What is wrong with a line ``json.loads`` refused, in a few words."""
-    if isinstance(e, json.JSONDecodeError):
-        msg = e.msg.removesuffix(" at")  # json says "Unterminated string starting at" (then the position)
-        return f"{msg} at column {e.colno}"
-    if isinstance(e, RecursionError):
-        return "nested too deeply to parse"
-    return str(e).split(";")[0]  # "Exceeds the limit (4300 digits) for integer string conversion: ..."
-
-
-def _refuse_non_text(raw: bytes, invalid: int, where: _Where) -> None:
-    """Raise ValueError when ``raw`` is mostly not text: ``invalid`` bytes of invalid UTF-8 plus control bytes
-    (NUL, ...) make more than `NOT_TEXT_SHARE` of it. A few invalid sequences are replaced and counted instead."""
-    if len(raw) < NOT_TEXT_MIN_BYTES:
-        return
-    control = len(raw) - len(raw.translate(None, _CONTROL))
-    share = (invalid + control) / len(raw)
-    if share <= NOT_TEXT_SHARE:
-        return
-    at = f" (bytes {where.offset:,}-{where.offset + len(raw):,})" if where.sp.flags & (CONT | MORE) else ""
-    raise ValueError(
-        f"{where}{at}: {share:.0%} of its {len(raw):,} bytes are not text ({invalid:,} invalid UTF-8, {control:,} "
-        "control bytes such as NUL): a binary file or text in another encoding; leave it out, or convert it to "
-        "UTF-8 first (e.g. iconv -f cp1251 -t utf-8)"
-    )
-
-
-def _json_field(text: str, where: _Where, config: PrepareConfig, st: dict[str, int]) -> str | None:
-    """The ``config.field`` string of a JSON line; None (counted) for a bad line under ``skip_bad_lines``."""
-    try:
-        obj = json.loads(text)
-    except (ValueError, RecursionError) as e:  # JSONDecodeError is a ValueError, as is a 5,000-digit integer
-        if config.skip_bad_lines:
-            st["bad_lines"] += 1
-            return None
-        raise ValueError(
-            f"{where}: not valid JSON ({_json_problem(e)}); fix the line or pass --skip-bad-lines"
-        ) from None
-    value = obj.get(config.field) if isinstance(obj, dict) else None
-    if isinstance(value, str):
-        return value
-    if config.skip_bad_lines:
-        st["bad_lines"] += 1
-        return None
-    if not isinstance(obj, dict) or config.field not in obj:
-        what = "lacks the field"
-    else:
-        what = f"has a non-string {type(value).__name__} in field"
-    keys = f" (it has {', '.join(map(repr, list(obj)[:8]))})" if isinstance(obj, dict) else ""
-    raise ValueError(
-        f"{where}: the JSON record {what} {config.field!r}{keys}; choose the field with --field, or pass --skip-bad-lines"
-    )
 
 
 class _UnitTokens:

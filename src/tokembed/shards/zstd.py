@@ -4,13 +4,16 @@ Large corpora (The Pile, SlimPajama, Dolma's mirrors) ship ``.jsonl.zst`` files,
 frames. zstandard's ``stream_reader`` returns only the first frame unless told otherwise, and a file cut short
 (an interrupted download) reads there as a clean end of data: it raises nothing. So this reader drives one
 ``decompressobj`` per frame and asks it whether its frame ended (``eof``): a file that ends inside a frame
-raises `EOFError`, as `gzip` does; ``position`` says how many decompressed bytes came before.
+raises `EOFError`, as `gzip` does; ``position`` says how many decompressed bytes came before. A frame made with
+a zstd dictionary (``zstd -D``) cannot be read without it: that is said as such (`UnreadableInput`), not as damage.
 """
 
 from __future__ import annotations
 
 import io
-from typing import BinaryIO
+from typing import Any, BinaryIO
+
+from tokembed.shards.formats.base import UnreadableInput
 
 __all__ = ["ZstdReader"]
 
@@ -32,7 +35,9 @@ class ZstdReader(io.RawIOBase):
         self.fileobj = fileobj
         self._error = zstandard.ZstdError
         self._dctx = zstandard.ZstdDecompressor(max_window_size=MAX_WINDOW)
-        self._frame = None  # the decompressobj of the current frame
+        self._frame: Any = None  # the decompressobj of the current frame
+        self._head = b""  # the current frame's first bytes (its header says which dictionary it needs)
+        self._frames = 0  # frames begun so far
         self._out, self._off, self.position = memoryview(b""), 0, 0
 
     def readable(self) -> bool:
@@ -46,6 +51,7 @@ class ZstdReader(io.RawIOBase):
             try:
                 self._out, self._off = memoryview(self._frame.decompress(data)), 0
             except self._error as e:
+                self._refuse_dictionary_frame()
                 raise OSError(f"not zstd data, or damaged: {e}") from None
         n = min(len(b), len(self._out) - self._off)
         b[:n] = self._out[self._off : self._off + n]
@@ -60,8 +66,25 @@ class ZstdReader(io.RawIOBase):
             if not data:
                 return None  # the input ends between frames
             self._frame = self._dctx.decompressobj()
+            self._head, self._frames = data[:18], self._frames + 1  # 18 bytes: the longest frame header
             return data
         data = self.fileobj.read(READ)
         if not data:
             raise EOFError("the zstd data ends inside a frame: the file is truncated")
+        self._head += data[: 18 - len(self._head)]
         return data
+
+    def _refuse_dictionary_frame(self) -> None:
+        """Raise `UnreadableInput` when the frame that failed names a dictionary in its header."""
+        import zstandard
+
+        try:
+            dict_id = zstandard.get_frame_parameters(self._head).dict_id
+        except self._error:
+            return  # not even a frame header: damaged, said by the caller
+        if dict_id:
+            raise UnreadableInput(
+                f"frame {self._frames} (after {self.position:,} decompressed bytes) was compressed with a zstd "
+                f"dictionary (id {dict_id}), which tokembed does not have; decompress the file with its dictionary "
+                "first (zstd -d -D DICTIONARY FILE) and prepare the result"
+            )

@@ -209,8 +209,11 @@ def _check_evaluate_args(model: GPT, lengths, rope_scaling, evaluation: str, str
         raise ValueError("lengths is empty: give at least one window length, e.g. --lengths 64,128")
     for n in lengths:
         check_positive_int("length", n)
-    if rope_scaling is not None and positional_scheme(model.config.positional).acts != "rotate":
+    scalings = positional_scheme(model.config.positional).scalings  # the scheme says which it takes (RoPE's)
+    if rope_scaling is not None and not scalings:
         raise ValueError(f"rope_scaling applies to rope models; this one uses {model.config.positional!r} positions")
+    if rope_scaling is not None and rope_scaling not in scalings:
+        raise ValueError(f"rope scaling must be one of {', '.join(scalings)} or None, got {rope_scaling!r}")
     if evaluation not in EVALUATIONS:
         raise ValueError(f"evaluation must be one of {', '.join(EVALUATIONS)}, got {evaluation!r}")
     if stride is not None:

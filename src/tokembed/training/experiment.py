@@ -39,6 +39,8 @@ class PositionsExperiment:
         data: a shard folder or text file (a text's last 10% of tokens is the validation set).
         out: where checkpoints, table, plot and results.json go.
         schemes: the positional schemes to train (default: every registered one, the built-in seven first).
+        positional_options: options of some of the schemes, by scheme (``{"rope": {"fraction": 0.5}}``);
+            the others run with their defaults.
         tokenizer: for a text file, its tokenizer (default gpt2; ``bytes``: 257 ids, the fast choice); a shard
             folder's comes from its manifest.
         train_length: training window length (and the models' context length).
@@ -57,6 +59,7 @@ class PositionsExperiment:
     data: str
     out: str
     schemes: tuple[str, ...] = field(default_factory=scheme_names)
+    positional_options: dict[str, dict] = field(default_factory=dict)
     tokenizer: str | None = None
     train_length: int = 32
     multiples: tuple[int, ...] = (1, 2, 4, 8, 16)
@@ -87,6 +90,7 @@ class PositionsExperiment:
             positional_scheme(s)
         if len(set(self.schemes)) != len(self.schemes):
             raise ValueError(f"schemes has duplicates: {self.schemes}")
+        self._check_positional_options()
         for name in ("train_length", "steps", "batch_size", "dim", "n_layers", "n_heads"):
             check_positive_int(name, getattr(self, name))
         for name in ("eval_tokens", "sliding_stride"):
@@ -98,6 +102,15 @@ class PositionsExperiment:
         for s in self.rope_scaling:
             if s not in ROPE_SCALINGS:
                 raise ValueError(f"rope_scaling entries must be among {', '.join(ROPE_SCALINGS)}, got {s!r}")
+
+    def _check_positional_options(self) -> None:
+        for name, options in dict(self.positional_options).items():
+            if name not in self.schemes:
+                raise ValueError(
+                    f"positional_options are given for {name!r}, which schemes leaves out ({', '.join(self.schemes)})"
+                )
+            positional_scheme(name).make_options(options)  # validated now, not after the other schemes trained
+        object.__setattr__(self, "positional_options", {k: dict(v) for k, v in dict(self.positional_options).items()})
 
     @property
     def lengths(self) -> list[int]:
@@ -118,9 +131,9 @@ QUICK = dict(
 )
 
 
-def rope_label(kind: str) -> str:
-    """The results' name for the RoPE model evaluated with scaling ``kind`` (``rope+yarn``)."""
-    return f"rope+{'pi' if kind == 'linear' else kind}"
+def rope_label(kind: str, scheme: str = "rope") -> str:
+    """The results' name for the model of ``scheme`` evaluated with scaling ``kind`` (``rope+yarn``, ``rope+pi``)."""
+    return f"{scheme}+{'pi' if kind == 'linear' else kind}"
 
 
 def run_positions_experiment(config: PositionsExperiment, *, progress: bool = True, echo=print) -> dict:
@@ -164,7 +177,7 @@ def run_positions_experiment(config: PositionsExperiment, *, progress: bool = Tr
 
 
 def _rope_labels(doc: dict) -> list[str]:
-    return [rope_label(k) for k in doc["config"]["rope_scaling"]]
+    return [name for name in doc["results"] if "+" in name]  # the scaled variants: drawn dashed
 
 
 def _run_scheme(config: PositionsExperiment, scheme: str, *, progress: bool) -> tuple[dict, dict]:
@@ -189,9 +202,9 @@ def _run_scheme(config: PositionsExperiment, scheme: str, *, progress: bool) -> 
         "parameters": model.num_parameters(),
     }
     results = {scheme: _evaluate_both(config, (model, ckpt), None, progress)}
-    if positional_scheme(scheme).acts == "rotate":
-        for kind in config.rope_scaling:
-            results[rope_label(kind)] = _evaluate_both(config, (model, ckpt), kind, progress)
+    for kind in config.rope_scaling:
+        if kind in positional_scheme(scheme).scalings:  # RoPE's: ask the scheme, not its name
+            results[rope_label(kind, scheme)] = _evaluate_both(config, (model, ckpt), kind, progress)
     return run, results
 
 
@@ -211,6 +224,7 @@ def _configs(config: PositionsExperiment, scheme: str):
         n_layers=config.n_layers,
         n_heads=config.n_heads,
         positional=scheme,
+        positional_options=config.positional_options.get(scheme),
     )
     train_config = TrainConfig(
         data=config.data,

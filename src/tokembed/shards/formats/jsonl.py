@@ -1,0 +1,55 @@
+"""JSON Lines (``.jsonl``, ``.ndjson``): one document per line, its text in a string field (``--field``)."""
+
+from __future__ import annotations
+
+import json
+
+from tokembed.shards.formats.base import RecordContext
+from tokembed.shards.formats.bytes import LinesFormat
+
+__all__ = ["JsonLinesFormat"]
+
+
+def _json_problem(e: Exception) -> str:
+    """What is wrong with a line ``json.loads`` refused, in a few words."""
+    if isinstance(e, json.JSONDecodeError):
+        msg = e.msg.removesuffix(" at")  # json says "Unterminated string starting at" (then the position)
+        return f"{msg} at column {e.colno}"
+    if isinstance(e, RecursionError):
+        return "nested too deeply to parse"
+    return str(e).split(";")[0]  # "Exceeds the limit (4300 digits) for integer string conversion: ..."
+
+
+class JsonLinesFormat(LinesFormat):
+    """One JSON object per line; the document is its string field ``--field``. Blank lines are skipped; a line
+    that is not an object with that string field is an error naming the line (``--skip-bad-lines``: counted)."""
+
+    name = "jsonl"
+    suffixes = (".jsonl", ".ndjson")
+    summary = "JSON Lines: one document per line, its text in the string field --field"
+    title = "JSON Lines"
+    nothing_what = "no documents (blank lines only)"
+    bad_what = "bad JSON line(s) skipped"
+
+    def line_text(self, text: str, records: RecordContext, offset: int, k: int) -> str | None:
+        field = records.field
+        try:
+            obj = json.loads(text)
+        except (ValueError, RecursionError) as e:  # JSONDecodeError is a ValueError, as is a 5,000-digit integer
+            records.bad(offset, k, f"not valid JSON ({_json_problem(e)}); fix the line or pass --skip-bad-lines")
+            return None
+        value = obj.get(field) if isinstance(obj, dict) else None
+        if isinstance(value, str):
+            # A \ud800 escape is half of a UTF-16 pair: no text. Only an escape can make one, so look only then.
+            return records.unicode(value, offset, k) if "\\u" in text else value
+        if not isinstance(obj, dict) or field not in obj:
+            what = "lacks the field"
+        else:
+            what = f"has a non-string {type(value).__name__} in field"
+        keys = f" (it has {', '.join(map(repr, list(obj)[:8]))})" if isinstance(obj, dict) else ""
+        records.bad(
+            offset,
+            k,
+            f"the JSON record {what} {field!r}{keys}; choose the field with --field, or pass --skip-bad-lines",
+        )
+        return None
