@@ -186,3 +186,15 @@ def test_eval_on_a_text_file_tokenizes_it_with_the_checkpoints_tokenizer(bytes_r
 
     rows = evaluate(bytes_run / "run", lengths=[16], data=str(bytes_run / "s.txt"), max_windows=4)
     assert rows[0]["windows"] == 4 and rows[0]["loss"] > 0  # bytes ids, not GPT-2's (which this model cannot read)
+
+
+def test_options_a_tokenizer_does_not_take_are_errors_not_ignored(tmp_path):
+    with pytest.raises(
+        ValueError, match=r"tokenizer 'gpt2' takes no option pattern='cl100k_base'; --pattern and --eot"
+    ):
+        tokembed.get_tokenizer("gpt2", pattern="cl100k_base")
+    with pytest.raises(ValueError, match=r"tokenizer 'bytes' takes no option eot='</s>'"):
+        tokembed.get_tokenizer("bytes", eot="</s>")
+    path = _byte_level_json(tmp_path / "bl.json")
+    with pytest.raises(ValueError, match=r"bl.json: a tokenizer.json holds its own split rules; drop --pattern gpt2"):
+        tokembed.get_tokenizer(path, pattern="gpt2")
