@@ -6,6 +6,7 @@ checkpoint rebuilds it. No edit under src/ is needed for it. The entry point gro
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -265,6 +266,24 @@ def test_a_plain_tiktoken_encoding_is_adapted_with_the_same_identity():
     assert tokembed.get_tokenizer(plain) is adapted  # one view per encoding
     table = tokembed.EmbeddingTable(np.zeros((50257, 2), dtype=np.float32), plain)
     assert table.label(50256) == ENDOFTEXT and table.ids(" the") == [262]
+
+
+def test_tiktoken_tokenizers_pickle_with_their_record(tmp_path):
+    import pickle
+
+    import tiktoken
+
+    from tokembed.tokenizer.openai import PATTERNS
+
+    path = tmp_path / "mine.tiktoken"
+    enc = tokembed.get_tokenizer("gpt2")
+    path.write_bytes(b"".join(base64.b64encode(t) + b" %d\n" % r for t, r in list(enc.mergeable_ranks.items())[:400]))
+    for tok in (enc, tokembed.get_tokenizer(path, pattern="gpt2")):
+        again = pickle.loads(pickle.dumps(tok))
+        assert isinstance(again, tiktoken.Encoding) and again.identity() == tok.identity()
+        assert again.encode_ordinary("hello world") == tok.encode_ordinary("hello world")
+    assert dict(tokembed.get_tokenizer(path, pattern="gpt2").identity().options) == {"pattern": "gpt2"}
+    assert PATTERNS["gpt2"] == enc.split_pattern
 
 
 PLUGIN = """
