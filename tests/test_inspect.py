@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from collections import Counter
 
@@ -400,10 +399,15 @@ def test_tsne_gives_coordinates_and_a_missing_extra_names_it(table, monkeypatch)
         project_2d(table.tokens[:40], method="umap")
 
 
-def test_import_tokembed_stays_light():
-    code = "import sys, tokembed; print([m for m in ('matplotlib', 'sklearn', 'gensim') if m in sys.modules])"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "[]"
+def test_most_frequent_follows_the_counts_with_ties_by_id():
+    counts = torch.tensor([3, 9, 0, 9, 5, 1])
+    table = EmbeddingTable(torch.randn(6, 2), labels=list("abcdef"), counts=counts)
+    order = sorted(range(6), key=lambda i: (-int(counts[i]), i))  # the definition: most read first, then lower id
+    assert [table.most_frequent(n) for n in (1, 3, 6, 60)] == [order[:1], order[:3], order, order]
+    plain = EmbeddingTable(torch.randn(6, 2), labels=list("abcdef"))
+    assert plain.most_frequent(4) == [0, 1, 2, 3] and plain.most_frequent(60) == list(range(6))  # no counts: first ids
+    with pytest.raises(ValueError, match=r"n must be an integer >= 1, got 0; the number of tokens to keep"):
+        table.most_frequent(0)
 
 
 # ------------------------------------------------------------------------------------------ CLI

@@ -44,6 +44,10 @@ _PUBLIC = {
     "WindowLoader": "data.loader",
     "Mixture": "data.mixture",
     "create_dataloader": "data.loader",
+    "collate_windows": "data.windows",
+    "DocumentBatch": "data.batch",
+    "PackedWindows": "data.packed",
+    "WindowBatchSampler": "data.sampler",
     # batches -> embeddings
     "TokenEmbedding": "embeddings",
     "LearnedPositionalEmbedding": "embeddings",

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from tokembed.cli import options
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -13,9 +15,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="List the named tokenizers (built in, registered, and declared by installed packages in the "
         "entry point group tokembed.tokenizers), the package and files each is built from here, and what is "
         "missing. Any tokenizer.json (or its folder) and any .tiktoken file (with --pattern) work too.",
+        parents=[options.json_output()],
     )
     p.add_argument("--check", action="store_true", help="also build each one (checks the files' sha256; seconds)")
-    p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=run)
 
 

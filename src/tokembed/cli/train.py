@@ -8,6 +8,8 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
+from tokembed.cli import options
+
 # torch-free: building the parser never imports torch
 from tokembed.embeddings.names import ROPE_SCALINGS, positional_scheme, scheme_names
 
@@ -37,6 +39,15 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
         "train",
         help="train a small GPT on a shard folder or a text file",
         description="Train a small GPT (AdamW, warmup + cosine, clipping) and write checkpoints to --out.",
+        parents=[
+            options.out("checkpoint directory (written atomically; --resume continues it)", metavar="DIR"),
+            options.tokenizer(
+                "the tokenizer of a text file (a shard folder uses its manifest's)", default=None, default_help="gpt2"
+            ),
+            options.quiet(old=["--no-progress"]),
+            options.unverified("with --resume: " + options.UNVERIFIED_HELP),
+            options.storage(),
+        ],
     )
     p.add_argument(
         "data",
@@ -51,38 +62,38 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
         help="train on a mixture: repeat for each shard folder (or Megatron prefix) and its relative weight, "
         "e.g. --source shards/web:0.7 --source shards/code:0.3 (exact proportions; see docs/loading.md)",
     )
-    p.add_argument(
-        "--out", required=True, type=Path, help="checkpoint directory (written atomically; --resume continues it)"
-    )
     p.add_argument("--resume", action="store_true", help="continue the checkpoint in --out exactly where it stopped")
-    p.add_argument(
-        "--tokenizer",
-        help="tokenizer of a text file (default gpt2; `tokembed tokenizers` lists them); a shard folder uses its manifest's",
-    )
     _add_model_options(p.add_argument_group("model (ignored with --resume: taken from the checkpoint)"))
     add_scheme_options(p)
     _add_training_options(
         p.add_argument_group("training (default: the checkpoint's values with --resume, else TrainConfig's)")
     )
-    _add_device_options(p)
-    p.add_argument(
-        "--no-progress", action="store_true", help="no progress bar (there is none when stderr is not a terminal)"
+    options.add_device(
+        p.add_argument_group(
+            "device", "may change on --resume; under torchrun each rank trains on its part of each batch"
+        ),
+        training=True,
     )
     p.set_defaults(func=run_train)
 
 
 def _add_model_options(m) -> None:
+    from tokembed.model.config import GPTConfig  # torch-free
+
+    def default(name: str):
+        return options.default_of(GPTConfig, name)
+
     m.add_argument(
         "--positional",
         choices=scheme_names(),
         metavar="SCHEME",
-        help="positional scheme: %(choices)s (default learned)",
+        help=f"positional scheme: %(choices)s (default {default('positional')})",
     )
     m.add_argument("--context-length", type=int, help="model context (default: --max-length)")
-    m.add_argument("--dim", type=int, help="model width (default 64)")
-    m.add_argument("--layers", type=int, dest="n_layers", help="transformer blocks (default 2)")
-    m.add_argument("--heads", type=int, dest="n_heads", help="attention heads (default 4)")
-    m.add_argument("--dropout", type=float, help="dropout (default 0)")
+    m.add_argument("--dim", type=int, help=f"model width (default {default('dim')})")
+    m.add_argument("--layers", type=int, dest="n_layers", help=f"transformer blocks (default {default('n_layers')})")
+    m.add_argument("--heads", type=int, dest="n_heads", help=f"attention heads (default {default('n_heads')})")
+    m.add_argument("--dropout", type=float, help=f"dropout (default {default('dropout')})")
     m.add_argument("--no-tie", action="store_true", help="separate output head instead of the token table")
     m.add_argument(
         "--document-mask",
@@ -154,27 +165,45 @@ def options_by_scheme(args: argparse.Namespace) -> dict[str, dict]:
 
 
 def _add_training_options(t) -> None:
+    from tokembed.training.config import TrainConfig  # torch-free
+
+    def default(name: str):
+        return options.default_of(TrainConfig, name)
+
+    options.add_windows(t, defaults=False, length_note=", or --context-length when that is smaller")
     t.add_argument(
-        "--max-length", type=int, help="tokens per window (default 64, or --context-length when that is smaller)"
+        "--steps", type=int, dest="max_steps", help=f"optimizer steps in all (default {default('max_steps')})"
     )
-    t.add_argument("--stride", type=int, help="step between windows (default: max-length)")
-    t.add_argument("--batch-size", type=int)
-    t.add_argument("--steps", type=int, dest="max_steps", help="optimizer steps in all (default 300)")
-    t.add_argument("--lr", type=float, help="peak learning rate (default 3e-3)")
-    t.add_argument("--warmup-steps", type=int)
-    t.add_argument("--weight-decay", type=float)
-    t.add_argument("--grad-clip", type=float)
-    t.add_argument("--eval-interval", type=int)
-    t.add_argument("--eval-batches", type=int)
-    t.add_argument("--checkpoint-interval", type=int)
+    t.add_argument("--lr", type=float, help=f"peak learning rate (default {default('lr')})")
+    t.add_argument(
+        "--warmup-steps", type=int, help=f"steps of linear warmup to --lr (default {default('warmup_steps')})"
+    )
+    t.add_argument(
+        "--weight-decay", type=float, help=f"AdamW decay of matrices and embeddings (default {default('weight_decay')})"
+    )
+    t.add_argument(
+        "--grad-clip",
+        type=float,
+        help=f"clip the global gradient norm; 0: no clipping (default {default('grad_clip')})",
+    )
+    t.add_argument(
+        "--eval-interval", type=int, help=f"steps between validation losses (default {default('eval_interval')})"
+    )
+    t.add_argument(
+        "--eval-batches", type=int, help=f"validation batches per evaluation (default {default('eval_batches')})"
+    )
+    t.add_argument(
+        "--checkpoint-interval", type=int, help=f"steps between checkpoints (default {default('checkpoint_interval')})"
+    )
     t.add_argument(
         "--keep",
         type=int,
         dest="keep_checkpoints",
         metavar="N",
-        help="keep the last N checkpoints: the latest in --out, the N-1 before it beside it as OUT.step-NNNNNNN (default 3)",
+        help="keep the last N checkpoints: the latest in --out, the N-1 before it beside it as OUT.step-NNNNNNN "
+        f"(default {default('keep_checkpoints')})",
     )
-    t.add_argument("--seed", type=int)
+    t.add_argument("--seed", type=int, help=f"seeds weights, shuffling and dropout (default {default('seed')})")
     t.add_argument(
         "--init-embeddings",
         help="a local GPT-2 weights file (model.safetensors, pytorch_model.bin, the book's model.pth) whose wte/wpe start the embeddings",
@@ -186,8 +215,15 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
         "eval",
         help="validation loss and perplexity of a checkpoint at several lengths",
         description="Validation loss and perplexity at the training length and beyond.",
+        parents=[
+            options.json_output("print JSON instead of a table"),
+            options.device(),
+            options.quiet(old=["--no-progress"]),
+            options.unverified(),
+            options.storage(),
+        ],
     )
-    e.add_argument("checkpoint", type=Path)
+    e.add_argument("checkpoint", type=Path, help="a checkpoint directory written by `tokembed train`")
     e.add_argument(
         "--lengths",
         type=_lengths,
@@ -195,7 +231,7 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
         help="comma-separated window lengths (default: 1x,2x,4x,8x the training length)",
     )
     e.add_argument("--data", help="shard folder or text file (default: the checkpoint's training data)")
-    e.add_argument("--batch-size", type=int, default=8)
+    e.add_argument("--batch-size", type=int, default=8, help="windows per forward pass (default 8)")
     e.add_argument("--max-windows", type=int, default=None, help="at most this many windows per length")
     e.add_argument(
         "--max-tokens",
@@ -209,18 +245,22 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
         help="RoPE past the training length, by factor length / training length: linear (position interpolation), "
         "ntk, yarn (with its attention temperature) or llama3",
     )
-    e.add_argument("--json", action="store_true", help="print JSON instead of a table")
     e.add_argument(
         "--sliding",
         action="store_true",
         help="a sliding window: each window scores only its last --stride tokens (default half), which see more context",
     )
     e.add_argument("--stride", type=int, help="the sliding window's stride (with --sliding)")
-    e.add_argument("--no-progress", action="store_true", help="no progress bar")
     e.set_defaults(func=run_eval)
 
 
 def _add_experiment(sub: argparse._SubParsersAction) -> None:
+    from tokembed.training.experiment import PositionsExperiment  # torch-free
+
+    def default(name: str) -> str:
+        value = options.default_of(PositionsExperiment, name)
+        return ",".join(map(str, value)) if isinstance(value, tuple) else str(value)
+
     x = sub.add_parser("experiment", help="experiments", description="Experiments that train and compare models.")
     xs = x.add_subparsers(dest="experiment", metavar="EXPERIMENT", required=True)
     pos = xs.add_parser(
@@ -229,57 +269,50 @@ def _add_experiment(sub: argparse._SubParsersAction) -> None:
         description="Train the same small GPT once per positional scheme and evaluate it at 1x..16x the training "
         "length, on non-overlapping windows and with a sliding window. With --tokenizer bytes the defaults show "
         "the effect in about 10 minutes on a 2-core CPU.",
+        parents=[
+            options.out("folder for results.json, positions.md/.png and the checkpoints", metavar="DIR"),
+            options.tokenizer("the tokenizer of a text file (bytes: 257 ids, fast)", default=None, default_help="gpt2"),
+            options.device(),
+            options.quiet(old=["--no-progress"]),
+            options.storage(),
+        ],
     )
     pos.add_argument("data", help="shard folder or text file")
-    pos.add_argument(
-        "--out", type=Path, required=True, help="folder for results.json, positions.md/.png and the checkpoints"
-    )
     pos.add_argument(
         "--schemes",
         type=_names,
         default=None,
         help=f"comma-separated (default all: {','.join(scheme_names())})",
     )
-    pos.add_argument("--tokenizer", help="tokenizer for a text file (default gpt2; bytes: 257 ids, fast)")
-    pos.add_argument("--train-length", type=int, help="training window (default 32)")
+    pos.add_argument("--train-length", type=int, help=f"training window (default {default('train_length')})")
     pos.add_argument(
-        "--multiples", type=_lengths, help="evaluation lengths as multiples of the training length (default 1,2,4,8,16)"
+        "--multiples",
+        type=_lengths,
+        help=f"evaluation lengths as multiples of the training length (default {default('multiples')})",
     )
-    pos.add_argument("--steps", type=int, help="optimizer steps per scheme (default 1000)")
-    pos.add_argument("--batch-size", type=int, help="windows per step (default 32)")
-    pos.add_argument("--lr", type=float, help="peak learning rate (default 3e-3)")
-    pos.add_argument("--dim", type=int, help="model width (default 64)")
-    pos.add_argument("--layers", type=int, dest="n_layers", help="default 2")
-    pos.add_argument("--heads", type=int, dest="n_heads", help="default 4")
-    pos.add_argument("--seed", type=int)
+    pos.add_argument("--steps", type=int, help=f"optimizer steps per scheme (default {default('steps')})")
+    pos.add_argument("--batch-size", type=int, help=f"windows per step (default {default('batch_size')})")
+    pos.add_argument("--lr", type=float, help=f"peak learning rate (default {default('lr')})")
+    pos.add_argument("--dim", type=int, help=f"model width (default {default('dim')})")
+    pos.add_argument("--layers", type=int, dest="n_layers", help=f"transformer blocks (default {default('n_layers')})")
+    pos.add_argument("--heads", type=int, dest="n_heads", help=f"attention heads (default {default('n_heads')})")
+    pos.add_argument("--seed", type=int, help=f"the same seed for every scheme (default {default('seed')})")
     pos.add_argument(
-        "--eval-tokens", type=int, help="score about this many validation tokens per length (default 8192)"
+        "--eval-tokens",
+        type=int,
+        help=f"score about this many validation tokens per length (default {default('eval_tokens')})",
     )
     pos.add_argument(
         "--sliding-stride", type=int, help="the sliding evaluation's stride (default: half of each length)"
     )
-    pos.add_argument("--threads", type=int, help="torch threads (default 1: fastest for tiny models; 0: torch's)")
-    pos.add_argument("--device", help="auto, cpu, cuda or mps (default auto)")
+    pos.add_argument(
+        "--threads",
+        type=int,
+        help=f"torch threads; 0: torch's own choice (default {default('threads')}: fastest for tiny models)",
+    )
     pos.add_argument("--quick", action="store_true", help="a tiny run (seconds), as the tests use")
-    pos.add_argument("--no-progress", action="store_true")
     add_scheme_options(pos)
     pos.set_defaults(func=run_experiment)
-
-
-def _add_device_options(p: argparse.ArgumentParser) -> None:
-    d = p.add_argument_group(
-        "device (may change on --resume; under torchrun each rank trains on its part of each batch)"
-    )
-    d.add_argument(
-        "--device",
-        default="auto",
-        metavar="DEVICE",
-        help="auto (CUDA, then MPS, then CPU), cpu, cuda, cuda:N or mps (default auto)",
-    )
-    d.add_argument(
-        "--precision", choices=("fp32", "bf16"), default="fp32", help="bf16: autocast to bfloat16 (default fp32)"
-    )
-    d.add_argument("--compile", action="store_true", help="compile the training step with torch.compile")
 
 
 def _device_config(args: argparse.Namespace):
@@ -334,7 +367,14 @@ def run_train(args: argparse.Namespace) -> int:
             eot_token=tok.eot_token,
             **model_args,
         )
-    result = train(config, model_config, resume=args.resume, progress=_show_progress(args), device=_device_config(args))
+    result = train(
+        config,
+        model_config,
+        resume=args.resume,
+        progress=_show_progress(args),
+        device=_device_config(args),
+        allow_unverified=args.allow_unverified,
+    )
     if result.is_main:  # under torchrun: one summary line, from rank 0
         val = f", validation loss {result.val_loss:.4f}" if result.val_loss is not None else ""
         print(f"step {result.step}: train loss {result.train_loss:.4f}{val}; checkpoint {result.checkpoint}")
@@ -357,7 +397,7 @@ def run_eval(args: argparse.Namespace) -> int:
     from tokembed.model.checkpoint import load_checkpoint
     from tokembed.training.evaluation import evaluate
 
-    model, config = load_checkpoint(args.checkpoint)
+    model, config = load_checkpoint(args.checkpoint, allow_unverified=args.allow_unverified)
     lengths = args.lengths
     if lengths is None:
         base = int(config.get("train", {}).get("max_length") or model.config.context_length)
@@ -373,6 +413,7 @@ def run_eval(args: argparse.Namespace) -> int:
         evaluation="sliding" if args.sliding else "nonoverlapping",
         stride=args.stride,
         progress=not args.json and _show_progress(args),  # a bar on a terminal only, never under --json
+        device=args.device,
     )
     print(json.dumps(rows, indent=1) if args.json else format_rows(rows))
     return 0
@@ -396,11 +437,11 @@ def run_experiment(args: argparse.Namespace) -> int:
     from tokembed.training.experiment import format_table
 
     print(format_table(doc))
-    written = ", ".join(str(args.out / n) for n in ("results.json", "positions.md", "positions.png"))
+    written = ", ".join(str(Path(args.out) / n) for n in ("results.json", "positions.md", "positions.png"))
     print(f"\nwrote {written} in {doc['wall_seconds']:.0f} s")
     return 0
 
 
 def _show_progress(args: argparse.Namespace) -> bool:
-    # A bar only for a person at a terminal: logs and CI get the summary lines alone.
-    return not args.no_progress and sys.stderr.isatty()
+    # A bar only for a person at a terminal: logs and CI get the summary lines alone; none with --quiet.
+    return not args.quiet and sys.stderr.isatty()

@@ -48,6 +48,7 @@ from typing import Any
 import numpy as np
 
 from tokembed._checks import check_int
+from tokembed._paths import local_path
 
 __all__ = ["PERIOD_MAX", "Mixture", "MixtureSchedule", "parse_source", "quota_period", "quota_table"]
 
@@ -197,7 +198,7 @@ class Mixture:
         if len(pairs) > 255:
             raise ValueError(f"a Mixture takes at most 255 sources, got {len(pairs)}; merge some folders first")
         self.seed = check_int("seed", seed, min=0)
-        self.paths = tuple(Path(os.fspath(p)) for p, _ in pairs)
+        self.paths = tuple(local_path(os.fspath(p), what="the mixture source") for p, _ in pairs)
         raw = [_check_weight(p, w) for p, w in pairs]
         self.given_weights = tuple(raw)
         if math.fsum(raw) <= 0:

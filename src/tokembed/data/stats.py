@@ -7,6 +7,7 @@ from typing import Any
 
 from tokembed._checks import check_int, check_positive_int
 from tokembed.data.plan import plan
+from tokembed.shards import megatron
 from tokembed.shards.format import read_manifest
 
 __all__ = ["mixture_stats", "shard_stats"]
@@ -19,22 +20,31 @@ def shard_stats(
     stride: int | None = None,
     batch_size: int = 8,
     drop_last: bool = True,
+    packing: str | None = None,
 ) -> dict[str, Any]:
     """Counts of a shard folder, per split and per input file, and the window plan of each split.
 
     Args:
-        root: the shard folder.
+        root: the shard folder, or a Megatron prefix (one split, "train"; no inputs; its tokenizer is the one
+            tokembed's export recorded, else None).
         max_length, stride, batch_size, drop_last: the loader settings to plan for (``stride`` defaults to
             ``max_length``); ``max_length=None`` leaves the plan out.
+        packing: also pack each split's documents into windows of ``max_length`` with this packer
+            (``"best-fit"``, see `tokembed.data.packing`) and report ``"packing"``: windows, pieces, cut
+            documents, padding tokens and the padding share.
 
     Returns:
         ``{"splits": {split: {"documents", "tokens", "shards", "plan"}}, "inputs": [{"path", "documents",
         "tokens", "chars", "text_bytes", "tokens_per_char", "tokens_per_byte", ...}], "dtype", "tokenizer"}``.
         Token counts per input exclude the ``<|endoftext|>`` separators; split totals include them.
     """
-    manifest = read_manifest(root)
+    if megatron.is_megatron_prefix(root):
+        manifest = _megatron_manifest(root)
+    else:
+        manifest = read_manifest(root)
     out: dict[str, Any] = {
         "root": str(root),
+        "format": "megatron" if megatron.is_megatron_prefix(root) else "tokembed-shards",
         "tokenizer": manifest["tokenizer"].get("name"),
         "dtype": manifest["dtype"],
         "splits": {},
@@ -50,6 +60,8 @@ def shard_stats(
                 batch_size=batch_size,
                 drop_last=drop_last,
             ).to_dict()
+        if packing is not None:
+            entry["packing"] = _packing_stats(root, name, max_length=max_length, packing=packing)
         out["splits"][name] = entry
     for f in manifest.get("inputs", []):
         row = dict(f)
@@ -57,6 +69,27 @@ def shard_stats(
         row["tokens_per_byte"] = f["tokens"] / f["text_bytes"] if f.get("text_bytes") else None
         out["inputs"].append(row)
     return out
+
+
+def _packing_stats(root, split: str, *, max_length: int | None, packing: str) -> dict[str, Any]:
+    """What packing split ``split`` into windows of ``max_length`` gives (`PackingPlan.stats`)."""
+    from tokembed.data.packing import check_packer, plan_packing
+    from tokembed.shards.reader import open_shards
+
+    check_packer(packing)
+    if max_length is None:
+        raise ValueError(f"packing={packing!r} packs into windows of max_length tokens; give max_length")
+    ss = open_shards(root, split=split)
+    return plan_packing(ss.doc_starts(), ss.n_tokens, max_length=max_length, packer=packing).stats()
+
+
+def _megatron_manifest(prefix: str | os.PathLike) -> dict[str, Any]:
+    """A Megatron dataset's counts in a manifest's shape: one split ("train"), one shard, no inputs."""
+    from tokembed.shards.reader import open_megatron
+
+    ss = open_megatron(prefix)
+    split = {"documents": ss.n_documents, "tokens": ss.n_tokens, "shards": [s.to_dict() for s in ss.shards]}
+    return {"tokenizer": ss.manifest["tokenizer"], "dtype": ss.dtype.name, "splits": {"train": split}, "inputs": []}
 
 
 def mixture_stats(

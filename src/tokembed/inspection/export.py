@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from tokembed._atomic import atomic_create, check_target
-from tokembed._paths import local_path, refuse_inside_checkpoint
+from tokembed._paths import output_path, refuse_inside_checkpoint
 from tokembed.inspection.table import EXPORT_FORMAT, EmbeddingTable
 from tokembed.tokenizer.base import TokenizerLike
 
@@ -228,5 +228,5 @@ def export_table(
     """
     if format not in _WRITERS:
         raise ValueError(f"unknown export format {format!r}; choose one of {', '.join(EXPORT_FORMATS)}")
-    refuse_inside_checkpoint(local_path(out, what="the output"))  # `tokembed train` owns what is in there
+    refuse_inside_checkpoint(output_path(out, what="the output"))  # `tokembed train` owns what is in there
     return _WRITERS[format](table, out, ids=ids, which=which, overwrite=overwrite)

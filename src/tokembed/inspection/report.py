@@ -85,7 +85,13 @@ figcaption{font-size:.85rem;color:#555}.grid{display:flex;flex-wrap:wrap;gap:1re
 
 
 def write_report(
-    source, out: str | Path, *, config: ReportConfig = ReportConfig(), overwrite: bool = False, progress: bool = False
+    source,
+    out: str | Path,
+    *,
+    config: ReportConfig = ReportConfig(),
+    overwrite: bool = False,
+    progress: bool = False,
+    allow_unverified: bool = False,
 ) -> Path:
     """Write the HTML report about ``source`` to ``out``.
 
@@ -95,6 +101,7 @@ def write_report(
         config: what to include.
         overwrite: replace an existing file.
         progress: progress bars (corpus counting, then one step per section).
+        allow_unverified: report on a checkpoint that has no sha256.json (written before tokembed 0.2).
 
     Returns:
         ``out``.
@@ -107,13 +114,14 @@ def write_report(
     from tqdm.auto import tqdm
 
     from tokembed._atomic import atomic_create, check_target
+    from tokembed._paths import output_path
     from tokembed._plot import new_figure
     from tokembed.inspection.report_sections import SECTIONS
 
-    out = Path(out)
+    out = output_path(out, what="the report")
     check_target(out, overwrite)  # fail before the slow part
     new_figure()  # fail before the slow part without matplotlib, naming the extra
-    given = _report_input(source, config)
+    given = _report_input(source, config, allow_unverified=allow_unverified)
     title = f"tokembed report: {given.table.source or 'embedding table'}"
     page = (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
@@ -126,13 +134,13 @@ def write_report(
         )
         + "</body></html>\n"
     )
-    with atomic_create(out, overwrite=overwrite) as f:
-        f.write(page)
+    with atomic_create(out, "wb", overwrite=overwrite) as f:
+        f.write(page.encode("utf-8", "backslashreplace"))  # a run folder's name that is not UTF-8: escaped
     return out
 
 
-def _report_input(source, config: ReportConfig) -> ReportInput:
-    table = source if isinstance(source, EmbeddingTable) else load_table(source)
+def _report_input(source, config: ReportConfig, *, allow_unverified: bool = False) -> ReportInput:
+    table = source if isinstance(source, EmbeddingTable) else load_table(source, allow_unverified=allow_unverified)
     table = table_with_counts(table, corpus=config.corpus, min_count=config.min_count)
     ckpt = None
     if not isinstance(source, EmbeddingTable) and Path(source).is_dir() and is_tokembed_checkpoint(Path(source)):

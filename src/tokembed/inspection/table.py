@@ -554,6 +554,33 @@ class EmbeddingTable:
         """(n, D) the rows of ``ids``, checked."""
         return self.tokens[[self.check_id(i) for i in ids]]
 
+    def most_frequent(self, n: int) -> list[int]:
+        """The ids of the ``n`` tokens read most often, by the table's counts (ties: the lower id first).
+
+        Without counts (``self.counts is None``) there is no such order: the first ``n`` ids.
+        """
+        check_int("n", n, min=1, noun="an integer", hint="the number of tokens to keep")
+        if self.counts is None:
+            return list(range(min(n, self.vocab_size)))
+        return torch.argsort(self.counts, descending=True, stable=True)[:n].tolist()
+
+    def info(self) -> dict:
+        """What the table is: source, shape, tokenizer, positional scheme, norms, counts (JSON-ready)."""
+        return {
+            "source": self.source,
+            "vocab_size": self.vocab_size,
+            "dim": self.dim,
+            "tokenizer": getattr(self.tokenizer, "name", None),
+            "positional": self.positional,
+            "positions": None if self.positions is None else self.positions.shape[0],
+            "norm_mean": float(self.norms.mean()),
+            "norm_min": float(self.norms.min()),
+            "norm_max": float(self.norms.max()),
+            "counts": self.counts_source or None,
+            "undertrained": None if self.counts is None else int(self.undertrained_ids().numel()),
+            "min_count": self.min_count,
+        }
+
     def __repr__(self) -> str:
         tok = getattr(self.tokenizer, "name", None)
         pos = f", positions={tuple(self.positions.shape)}" if self.positions is not None else ""
@@ -610,8 +637,10 @@ class EmbeddingTable:
         )
 
     @classmethod
-    def from_checkpoint(cls, path: str | Path) -> EmbeddingTable:
-        """The tables of a ``tokembed train`` checkpoint directory (``config.json`` + ``model.safetensors``).
+    def from_checkpoint(cls, path: str | Path, *, allow_unverified: bool = False) -> EmbeddingTable:
+        """The tables of a ``tokembed train`` checkpoint directory (``config.json`` + ``model.safetensors``),
+        verified first (`tokembed.model.checkpoint.verify_checkpoint`: ``allow_unverified`` for a checkpoint
+        written before tokembed 0.2, without sha256.json).
 
         Sinusoidal positions are recomputed (they are not stored); other schemes (RoPE, ALiBi, ...)
         have no position vectors.
@@ -620,16 +649,19 @@ class EmbeddingTable:
 
         path = Path(path)
         config = read_checkpoint_config(path)
+        verify_checkpoint(path, allow_unverified=allow_unverified)  # first: a damaged file is the one named
         model = config.get("model", {})
         weights = path / "model.safetensors"
         if not weights.is_file():
             raise FileNotFoundError(
                 f"{path} has config.json but no model.safetensors; the checkpoint is incomplete (was training interrupted while saving?)"
             )
-        from safetensors import SafetensorError, safe_open
+        from safetensors import SafetensorError
+
+        from tokembed.model.checkpoint import open_safetensors
 
         try:
-            with safe_open(str(weights), framework="pt") as f:
+            with open_safetensors(weights) as f:
                 keys = set(f.keys())
                 if "embed.token.weight" not in keys:
                     raise ValueError(
@@ -639,7 +671,6 @@ class EmbeddingTable:
                 positions = f.get_tensor("embed.position.weight") if "embed.position.weight" in keys else None
         except SafetensorError as e:
             raise ValueError(f"{weights} is not a readable safetensors file ({e})") from e
-        verify_checkpoint(path)  # the tables read are exactly the ones saved
         positional = str(model.get("positional", "learned" if positions is not None else "none"))
         vocab_size, dim = model.get("vocab_size"), model.get("dim")
         if (vocab_size is not None and tokens.shape[0] != vocab_size) or (dim is not None and tokens.shape[1] != dim):
@@ -657,6 +688,7 @@ class EmbeddingTable:
             )
         elif _vectors(positional) is None:
             positions = None
+        from tokembed._paths import shown
         from tokembed.training.counts import read_token_counts
 
         counts = read_token_counts(path)
@@ -665,7 +697,7 @@ class EmbeddingTable:
             _checkpoint_tokenizer(config),
             positions=positions,
             positional=positional,
-            source=str(path),
+            source=shown(path),  # a label: printable and drawable for any folder name
             counts=counts,
             counts_source="" if counts is None else f"recorded by train: input ids of {config.get('step', 0):,} steps",
         )

@@ -181,10 +181,10 @@ class _Found:
 
     def add_url(self, url: str) -> None:
         """Take one object named by its URL (through the opener registered for its scheme; an error without one)."""
-        fmt = self._format(url, explicit=True)
-        if fmt is None:
-            return  # (not reached: an explicit input of unknown type raised)
-        with open_input(url) as src:
+        with open_input(url) as src:  # first: a URL no reader handles is named as such, whatever its suffix
+            fmt = self._format(url, explicit=True)
+            if fmt is None:
+                return  # (not reached: an explicit input of unknown type raised)
             self.by_real.setdefault(url, InputFile(url, fmt[0], fmt[1], src.size))
 
     def files(self) -> tuple[list[InputFile], list[str]]:

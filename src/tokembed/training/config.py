@@ -1,12 +1,16 @@
-"""TODO docstring."""
+"""`TrainConfig`: how to train (data, windows, optimizer, schedule, intervals), validated and saved in every checkpoint.
+
+`lr_at` is its learning-rate schedule (linear warmup, then cosine decay); `RESUMABLE_CHANGES` lists the fields a
+resumed run may change without changing what has been computed so far.
+"""
 
 from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 from tokembed._checks import check_int, check_number, check_positive_int, config_from_dict
+from tokembed._paths import local_path
 
 # Fields that may differ when a run is resumed (they do not change what has been computed so far).
 RESUMABLE_CHANGES = ("max_steps", "eval_interval", "eval_batches", "checkpoint_interval", "keep_checkpoints", "out")
@@ -66,7 +70,7 @@ class TrainConfig:
     def __post_init__(self) -> None:
         # absolute paths (eval and resume work from any folder), or a mixture's spec
         object.__setattr__(self, "data", _data_entry(self.data))
-        object.__setattr__(self, "out", str(self.out))
+        object.__setattr__(self, "out", str(local_path(self.out, what="out (--out)")))
         if self.init_embeddings is not None:
             object.__setattr__(self, "init_embeddings", str(self.init_embeddings))
         # Checked values are stored as plain int/float: a numpy scalar would not survive config.json.
@@ -117,7 +121,7 @@ def _data_entry(data: object) -> str | dict:
         return data.spec()
     if isinstance(data, dict):
         return Mixture.from_spec(data).spec()
-    return str(Path(data).resolve())
+    return str(local_path(data, what="the training data").resolve())
 
 
 def lr_at(step: int, config: TrainConfig) -> float:

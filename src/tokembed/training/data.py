@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tokembed._paths import local_path
 from tokembed.tokenizer.base import TokenizerIdentity, TokenizerLike
 
 
@@ -107,7 +108,7 @@ def load_training_data(
     """
     if isinstance(data, dict):
         return _mixture_data(data, max_val_tokens, tokenizer)
-    path = Path(data)
+    path = local_path(data, what="the data")
     if not path.exists():
         raise FileNotFoundError(
             f"training data {path} does not exist; give a shard folder (tokembed prepare) or a text file"

@@ -26,6 +26,7 @@ from tokembed.embeddings.names import positional_scheme
 from tokembed.embeddings.rotary import RotaryEmbedding
 from tokembed.model.gpt import GPT
 from tokembed.model.loss import linear_cross_entropy
+from tokembed.training.device import resolve_device
 
 __all__ = ["EVALUATIONS", "evaluate", "evaluate_tokens", "rope_scaled"]
 
@@ -143,6 +144,7 @@ def evaluate(
     evaluation: str = "nonoverlapping",
     stride: int | None = None,
     progress: bool = False,
+    device: str | None = None,
 ) -> list[dict]:
     """Validation loss and perplexity of a checkpoint at each length.
 
@@ -160,6 +162,8 @@ def evaluate(
         evaluation: ``"nonoverlapping"`` or ``"sliding"`` (see the module docstring).
         stride: the sliding window's stride (default half of each length); only with ``"sliding"``.
         progress: a progress bar per length.
+        device: where to run: ``"auto"`` (CUDA, then MPS, then CPU), ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or
+            ``"mps"`` (the model is moved there); None leaves the model where it is (a loaded checkpoint: the CPU).
 
     Returns:
         One dict per length: ``length``, ``stride``, ``loss``, ``perplexity``, ``windows``, ``tokens``, or
@@ -167,8 +171,14 @@ def evaluate(
     """
     from tokembed.model.checkpoint import load_checkpoint
 
+    check_positive_int("batch_size (--batch-size)", batch_size)
+    for name, value in (("max_windows (--max-windows)", max_windows), ("max_tokens (--max-tokens)", max_tokens)):
+        if value is not None:  # 0 scores nothing: the question, not the data, is wrong
+            check_positive_int(name, value, hint="leave it out to score every window")
     model, config = load_checkpoint(checkpoint) if not isinstance(checkpoint, tuple) else checkpoint
     _check_evaluate_args(model, lengths, rope_scaling, evaluation, stride)
+    if device is not None:
+        model.to(resolve_device(device))
     train_cfg = config.get("train", {})
     train_length = int(train_cfg.get("max_length") or model.config.context_length)
     val = _validation_tokens(checkpoint, config, data)

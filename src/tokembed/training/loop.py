@@ -72,6 +72,7 @@ def train(
     stop_at: int | None = None,
     progress: bool = True,
     device: DeviceConfig | None = None,
+    allow_unverified: bool = False,
 ) -> TrainResult:
     """Train a GPT and write checkpoints to ``config.out``.
 
@@ -85,13 +86,14 @@ def train(
         progress: show a tqdm progress bar with loss and tokens/s (on rank 0).
         device: where and how to compute (default ``DeviceConfig()``: the best device, fp32, eager).
             Under torchrun (``WORLD_SIZE`` > 1) the run is data-parallel over the ranks.
+        allow_unverified: resume a checkpoint that has no sha256.json (written before tokembed 0.2).
 
     Returns:
         A ``TrainResult``. Ctrl-C finishes the step in progress, writes a checkpoint of it (model,
         optimizer, RNG and loader at that one step: it resumes exactly), then raises KeyboardInterrupt.
     """
     out = Path(config.out)
-    saved = _saved_run(out, config, resume=resume)
+    saved = _saved_run(out, config, resume=resume, allow_unverified=allow_unverified)
     if stop_at is not None:
         check_positive_int("stop_at", stop_at)
     device = device or DeviceConfig()
@@ -145,10 +147,10 @@ def _start(config: TrainConfig, model_config: GPTConfig | None, saved: dict | No
     return run
 
 
-def _saved_run(out: Path, config: TrainConfig, *, resume: bool) -> dict | None:
+def _saved_run(out: Path, config: TrainConfig, *, resume: bool, allow_unverified: bool = False) -> dict | None:
     """The checkpoint config to resume from (checked against ``config``), or None for a new run."""
-    if resume:
-        resume_checkpoint(out)  # the newest complete one of the run (a killed or damaged save falls back)
+    if resume:  # the newest complete one of the run, verified first (a killed or damaged save falls back)
+        resume_checkpoint(out, allow_unverified=allow_unverified)
     if out.exists():
         if not resume:
             raise FileExistsError(

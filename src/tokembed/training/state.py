@@ -9,9 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors.torch import load_file
 
-from tokembed.model.checkpoint import read_checkpoint_file
+from tokembed.model.checkpoint import read_checkpoint_file, read_safetensors
 
 __all__ = ["TrainState"]
 
@@ -50,7 +49,7 @@ class TrainState:
 
     def restore(self, out: Path, model, optimizer, loader) -> None:
         """Load the checkpoint in ``out`` into ``model``, ``optimizer``, ``loader``, torch's RNG and this state."""
-        weights = read_checkpoint_file(out, "model.safetensors", lambda p: load_file(str(p)))
+        weights = read_checkpoint_file(out, "model.safetensors", read_safetensors)
         model.load_state_dict(weights, strict=not model.config.tie_embeddings)
         optimizer.load_state_dict(
             read_checkpoint_file(out, "optimizer.pt", lambda p: torch.load(p, weights_only=True, map_location="cpu"))
