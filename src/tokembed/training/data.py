@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from tokembed._paths import local_path
-from tokembed.tokenizer.base import TokenizerIdentity
+from tokembed.tokenizer.base import TokenizerIdentity, TokenizerLike
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ def _is_shard_folder(path: Path) -> bool:
     return path.is_dir() and (path / "manifest.json").exists()
 
 
-def data_tokenizer(data: str | Path | dict, *, tokenizer: Any = None) -> TokenizerIdentity:
+def data_tokenizer(data: str | Path | dict, *, tokenizer: TokenizerLike | None = None) -> TokenizerIdentity:
     """The tokenizer of ``data``: a shard folder's manifest (another ``tokenizer`` is an error naming
     both), a mixture's (its sources share one), or ``tokenizer`` (default gpt2) for a text file. Cheap:
     nothing is tokenized."""
@@ -102,7 +102,9 @@ def weighted_share(budget: int, weight: float) -> int:
     return max(1, math.ceil(budget * exact))
 
 
-def _mixture_data(spec: dict, max_val_windows: int | None, length: int, tokenizer: Any) -> TrainingData:
+def _mixture_data(
+    spec: dict, max_val_windows: int | None, length: int, tokenizer: TokenizerLike | None
+) -> TrainingData:
     """A mixture: its sources' train splits, mixed by the loader; validation: each source's val split on its own,
     at most ``ceil(max_val_windows * weight)`` windows of ``length`` of each (the budget shared by weight)."""
     from tokembed.shards.reader import open_shards
@@ -132,7 +134,7 @@ def load_training_data(
     val_fraction: float = 0.1,
     max_val_windows: int | None = None,
     length: int = 1,
-    tokenizer: Any = None,
+    tokenizer: TokenizerLike | None = None,
 ) -> TrainingData:
     """Resolve ``data`` into training source and validation tokens.
 
@@ -175,7 +177,7 @@ def load_training_data(
     return TrainingData(tokens[:cut], validation, desc, cut, tokenizer_identity(enc))
 
 
-def _folder_data(path: Path, max_val_tokens: int | None, tokenizer: Any) -> TrainingData:
+def _folder_data(path: Path, max_val_tokens: int | None, tokenizer: TokenizerLike | None) -> TrainingData:
     if not _is_shard_folder(path):
         raise ValueError(
             f"{path} is a directory without manifest.json: give a shard folder written by `tokembed prepare`, or a text file"

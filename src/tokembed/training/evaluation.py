@@ -317,17 +317,29 @@ def _check_evaluate_args(model: GPT, lengths, rope_scaling, evaluation: str, str
 
 
 def _validation(checkpoint, config: dict, data) -> list[ValidationSource]:
-    """Each source's validation tokens of ``data`` (default: the checkpoint's training data), with its tokenizer."""
-    from tokembed.training.data import check_same_tokenizer, load_training_data
+    """Each source's validation tokens of ``data`` (default: the checkpoint's training data) in the checkpoint's
+    ids: a text file is tokenized with the checkpoint's tokenizer; data prepared with another one is an error."""
+    from tokembed.tokenizer import identity_from_manifest, tokenizer_from_record
+    from tokembed.training.data import load_training_data
 
     train_cfg = config.get("train", {})
     source = data if data is not None else train_cfg.get("data")
     if source is None:
         raise ValueError("the checkpoint does not name its training data; pass data= (--data)")
-    split = load_training_data(
-        source, val_fraction=float(train_cfg.get("val_fraction", 0.1)), tokenizer=train_cfg.get("tokenizer")
+    record = config.get("tokenizer_record") or config.get("tokenizer")
+    trained = identity_from_manifest(record)
+    is_text = not isinstance(source, dict) and Path(source).is_file()
+    text_tokenizer = (
+        (tokenizer_from_record(record) if isinstance(record, dict) else trained.source) if is_text else None
     )
-    check_same_tokenizer(config, split.tokenizer, Path(str(checkpoint if not isinstance(checkpoint, tuple) else "")))
+    split = load_training_data(source, val_fraction=float(train_cfg.get("val_fraction", 0.1)), tokenizer=text_tokenizer)
+    if not split.tokenizer.same_ids(trained):
+        where = "the checkpoint" if isinstance(checkpoint, tuple) else str(checkpoint)
+        raise ValueError(
+            f"{where} was trained on ids of {trained.describe()}, but {source} holds ids of "
+            f"{split.tokenizer.describe()}; evaluate on data prepared with {trained.source} (tokembed prepare TEXT "
+            f"--out DIR --tokenizer {trained.source}), or on a text file (tokenized with the checkpoint's tokenizer)"
+        )
     if not split.validation:
         raise ValueError(f"{source} has no validation split to evaluate on; prepare it with one or pass a text file")
     return split.validation
