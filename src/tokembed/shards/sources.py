@@ -74,7 +74,9 @@ def resolve_inputs(inputs: Sequence[str | os.PathLike], *, format: str = "auto")
     return find_inputs(inputs, format=format)[0]
 
 
-def find_inputs(inputs: Sequence[str | os.PathLike], *, format: str = "auto") -> tuple[list[InputFile], list[str]]:
+def find_inputs(
+    inputs: Sequence[str | os.PathLike] | str | os.PathLike, *, format: str = "auto"
+) -> tuple[list[InputFile], list[str]]:
     """Expand files, folders and globs into a sorted list of `InputFile`, each real file at most once.
 
     Folders are searched recursively for the known suffixes (hidden files and folders are skipped);
