@@ -9,6 +9,7 @@ tokens of the same document; a document's last token and the padding predict not
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import cast
@@ -17,7 +18,7 @@ import numpy as np
 import torch
 
 from tokembed.data.batch import IGNORE_INDEX, DocumentBatch, DocumentLayout
-from tokembed.data.packing import PackingPlan, check_packer, plan_packing
+from tokembed.data.packing import PackingPlan, cached_plan, check_packer, plan_packing
 from tokembed.data.windows import SlidingWindowDataset
 from tokembed.shards.reader import ShardSet
 
@@ -68,9 +69,19 @@ class PackedWindows(SlidingWindowDataset):
         super().__init__(source, max_length=max_length, **options)
 
     def _plan_windows(self) -> None:
-        self.plan: PackingPlan = plan_packing(
-            self.document_starts(), self.n_tokens, max_length=self.max_length, packer=self.packing
-        )
+        if self._shards is not None:  # a folder's plan is cached, known by its tokens' and indexes' sha256
+            index = [(s.n_documents, getattr(s, "index_sha256", None)) for s in self._shards.shards]
+            self.plan: PackingPlan = cached_plan(
+                json.dumps([self.fingerprint(), index]),
+                self.document_starts,
+                self.n_tokens,
+                max_length=self.max_length,
+                packer=self.packing,
+            )
+        else:
+            self.plan = plan_packing(
+                self.document_starts(), self.n_tokens, max_length=self.max_length, packer=self.packing
+            )
         self.n_windows = self.plan.n_windows
         self.dropped_tokens = 0
         self.n_documents = self.plan.n_documents
