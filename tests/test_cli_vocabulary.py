@@ -158,7 +158,11 @@ def test_stats_plans_the_windows_train_reads_by_default():
     args = build_parser().parse_args(["stats", "shards"])
     assert (args.max_length, args.batch_size, args.stride) == (TrainConfig(data="x", out="y").max_length, 8, None)
     assert args.max_length == TrainConfig.__dataclass_fields__["max_length"].default
-    assert args.batch_size == TrainConfig.__dataclass_fields__["batch_size"].default
+    from tokembed.training.config import DEFAULT_BATCH_SIZE
+
+    # TrainConfig.batch_size is None (from global_batch_size when given); a default train reads DEFAULT_BATCH_SIZE
+    assert TrainConfig(data="x", out="y").batch_size in (None, DEFAULT_BATCH_SIZE)
+    assert args.batch_size == DEFAULT_BATCH_SIZE
     train = build_parser().parse_args(["train", "data.txt", "--out", "run"])
     assert (train.max_length, train.batch_size) == (
         None,

@@ -290,9 +290,10 @@ def add_windows(container, *, defaults: bool, length_note: str = "") -> None:
     help (``train``: unset means the checkpoint's values on --resume, else TrainConfig's). ``length_note`` follows
     the default of --max-length in its help.
     """
-    from tokembed.training.config import TrainConfig  # torch-free
+    from tokembed.training.config import DEFAULT_BATCH_SIZE, TrainConfig  # torch-free
 
-    length, batch = default_of(TrainConfig, "max_length"), default_of(TrainConfig, "batch_size")
+    length = default_of(TrainConfig, "max_length")
+    batch = default_of(TrainConfig, "batch_size") or DEFAULT_BATCH_SIZE  # None: from global_batch_size, else this
     container.add_argument(
         "--max-length",
         type=int,
@@ -304,7 +305,12 @@ def add_windows(container, *, defaults: bool, length_note: str = "") -> None:
         "--batch-size",
         type=int,
         default=batch if defaults else None,
-        help=f"windows per batch (default {batch})",
+        help=f"windows per batch on each rank (default {batch})"
+        + (
+            ", or --global-batch-size / ranks; with --resume, any that times the ranks makes its global batch"
+            if not defaults
+            else ""
+        ),
     )
 
 
