@@ -49,6 +49,7 @@ def _cache_dir(tmp_path_factory):
     else:
         os.environ["TOKEMBED_CACHE_DIR"] = old
 
+
 ROOT = Path(__file__).resolve().parents[1]
 # Resolved: a checkout whose ../shared is a link records the same absolute paths as one beside the real folder.
 SHARED = (ROOT.parent / "shared").resolve()

@@ -286,14 +286,12 @@ def cached_plan(
     plan = plan_packing(doc_starts(), n_tokens, max_length=t, packer=packer)
     try:
         with atomic_open(path, "wb") as f:
-            np.savez(f, key=np.array(key), **{a: getattr(plan, a) for a in _ARRAYS}, **_numbers(plan))
+            arrays: dict[str, Any] = {a: getattr(plan, a) for a in _ARRAYS}
+            numbers = np.array([plan.n_documents, plan.cut_documents], dtype=np.int64)
+            np.savez(f, key=np.array(key), numbers=numbers, **arrays)
     except OSError as e:
         warnings.warn(f"the packing plan was not cached ({e}); it is planned again next time", stacklevel=2)
     return plan
-
-
-def _numbers(plan: PackingPlan) -> dict[str, np.ndarray]:
-    return {"numbers": np.array([plan.n_documents, plan.cut_documents], dtype=np.int64)}
 
 
 def _read_plan(path: Path, key: str) -> PackingPlan | None:
