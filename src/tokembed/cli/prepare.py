@@ -107,6 +107,8 @@ def _input_format(name: str) -> str:
 
 
 def _add_engine_options(p: argparse.ArgumentParser) -> None:
+    from tokembed.shards.ray_start import RAY_START_SECONDS  # the standard library only
+
     p.add_argument(
         "--workers",
         type=int,
@@ -120,6 +122,14 @@ def _add_engine_options(p: argparse.ArgumentParser) -> None:
         help="local processes, or Ray tasks (pip install 'tokembed[ray]')",
     )
     p.add_argument("--ray-address", default=None, help="Ray cluster address (default: a local Ray)")
+    p.add_argument(
+        "--ray-start-timeout",
+        type=float,
+        default=RAY_START_SECONDS,
+        metavar="SECONDS",
+        help=f"give up (exit 2) when Ray has not started, or joined --ray-address, within this time "
+        f"(default {RAY_START_SECONDS:g})",
+    )
     p.add_argument("--rank", type=int, default=0, help="this machine's rank (with --world-size)")
     p.add_argument("--world-size", type=int, default=1, help="machines sharing the work; then run `tokembed merge DIR`")
 
@@ -223,6 +233,7 @@ def run_prepare(args: argparse.Namespace) -> int:
                 workers=args.workers,
                 engine=args.engine,
                 ray_address=args.ray_address,
+                ray_start_timeout=args.ray_start_timeout,
                 rank=args.rank,
                 world_size=args.world_size,
                 overwrite=args.overwrite,
