@@ -40,6 +40,8 @@ _PUBLIC = {
     "window_count": "data.plan",
     "WindowLoader": "data.loader",
     "Mixture": "data.mixture",
+    "PhasedMixture": "data.phases",
+    "load_schedule": "data.phases",
     "create_dataloader": "data.loader",
     # batches -> embeddings
     "TokenEmbedding": "embeddings",

@@ -42,7 +42,7 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
         "data",
         nargs="?",
         help="a shard folder (tokembed prepare) or a UTF-8 text file (its last 10%% of tokens is held out for validation); "
-        "or leave it out and give --source",
+        "or leave it out and give --source or --mixture",
     )
     p.add_argument(
         "--source",
@@ -50,6 +50,13 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
         metavar="PATH:WEIGHT",
         help="train on a mixture: repeat for each shard folder (or Megatron prefix) and its relative weight, "
         "e.g. --source shards/web:0.7 --source shards/code:0.3 (exact proportions; see docs/loading.md)",
+    )
+    p.add_argument(
+        "--mixture",
+        type=Path,
+        metavar="FILE",
+        help="train on a mixture whose weights change over training: a schedule of phases (start in tokens, "
+        "weights) in a .toml or .json file; with --resume, phases that have not started may change (see docs/loading.md)",
     )
     p.add_argument(
         "--out", required=True, type=Path, help="checkpoint directory (written atomically; --resume continues it)"
@@ -289,19 +296,25 @@ def _device_config(args: argparse.Namespace):
 
 
 def _train_data(args: argparse.Namespace):
-    """DATA, or the `Mixture` of the --source PATH:WEIGHT options (exactly one of the two)."""
-    if (args.data is None) == (not args.source):
+    """DATA, the `Mixture` of the --source PATH:WEIGHT options, or the `PhasedMixture` of --mixture FILE (one)."""
+    if [args.data is not None, bool(args.source), args.mixture is not None].count(True) != 1:
         raise ValueError(
-            "give the training data either as DATA or as --source PATH:WEIGHT options (repeated), not both or neither"
+            "give the training data either as DATA, as --source PATH:WEIGHT options (repeated) or as --mixture FILE, "
+            "exactly one of them"
         )
     if args.data is not None:
         return args.data
+    if args.mixture is not None:
+        from tokembed.data.phases import load_schedule
+
+        return load_schedule(args.mixture)
     from tokembed.data.mixture import Mixture, parse_source
 
     return Mixture([parse_source(s) for s in args.source])
 
 
 def run_train(args: argparse.Namespace) -> int:
+    from tokembed.data.phases import schedule_decides
     from tokembed.model.checkpoint import read_checkpoint_config
     from tokembed.model.config import GPTConfig
     from tokembed.training.config import TrainConfig
@@ -315,9 +328,10 @@ def run_train(args: argparse.Namespace) -> int:
     if args.resume:
         saved = read_checkpoint_config(args.out)
         base = {k: v for k, v in saved["train"].items() if k not in ("data", "out")}
-        if TrainConfig(data=data, out=str(args.out)).data != TrainConfig(data=saved["train"]["data"], out="").data:
+        new, old = TrainConfig(data=data, out=str(args.out)).data, TrainConfig(data=saved["train"]["data"], out="").data
+        if new != old and not schedule_decides(old, new):  # a schedule's changes are checked at the saved step
             raise ValueError(f"--resume: the checkpoint was trained on {saved['train']['data']}, not {data}")
-        config = TrainConfig(data=saved["train"]["data"], out=str(args.out), **{**base, **given})
+        config = TrainConfig(data=new, out=str(args.out), **{**base, **given})  # a schedule may have grown
     else:
         if args.max_length is None and args.context_length is not None:
             # Windows as long as the model's context unless asked otherwise (never longer).

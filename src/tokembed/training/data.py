@@ -45,9 +45,10 @@ def data_tokenizer(data: str | Path | dict, *, tokenizer: Any = None) -> Tokeniz
     if isinstance(data, dict):
         from tokembed.shards.reader import expect_tokenizer
 
-        recorded = _mixture(data).tokenizer or identity_from_manifest(None)  # none recorded: GPT-2's ids
+        mixture = _mixture(data)
+        recorded = mixture.tokenizer or identity_from_manifest(None)  # none recorded: GPT-2's ids
         if tokenizer is not None:
-            expect_tokenizer(Path(data["sources"][0][0]), recorded, tokenizer)
+            expect_tokenizer(Path(mixture.paths[0]), recorded, tokenizer)
         return recorded
 
     path = Path(data)
@@ -63,9 +64,16 @@ def data_tokenizer(data: str | Path | dict, *, tokenizer: Any = None) -> Tokeniz
 
 
 def _mixture(spec: dict):
-    from tokembed.data.mixture import Mixture
+    from tokembed.data.phases import mixture_from_spec
 
-    return Mixture.from_spec(spec)
+    return mixture_from_spec(spec)
+
+
+def _validation_weights(mixture) -> list[float]:
+    """Each source's share of the validation tokens: its weight; over phases, its largest weight in any phase
+    (normalised), so that every source the run reads is validated."""
+    peak = [max(float(ph.weights[i]) for ph in mixture.phases) for i in range(len(mixture.paths))]
+    return [w / sum(peak) for w in peak]
 
 
 def _mixture_data(spec: dict, max_val_tokens: int | None, tokenizer: Any) -> TrainingData:
@@ -74,7 +82,7 @@ def _mixture_data(spec: dict, max_val_tokens: int | None, tokenizer: Any) -> Tra
 
     mixture, tok = _mixture(spec), data_tokenizer(spec, tokenizer=tokenizer)
     vals, n_train = [], 0
-    for path, weight in zip(mixture.paths, mixture.weights):
+    for path, weight in zip(mixture.paths, _validation_weights(mixture)):
         n_train += open_shards(path, split="train").n_tokens
         try:
             split = open_shards(path, split="val")
@@ -94,8 +102,9 @@ def load_training_data(
 
     A shard folder: its ``train`` split (read lazily by the loader) and its ``val`` split.
     A text file: its tokens, the first ``1 - val_fraction`` for training, the rest for validation.
-    A mixture's spec (`tokembed.Mixture.spec`): the `Mixture` of the sources' train splits; validation
-    tokens from each source's val split, in proportion to its weight.
+    A mixture's spec (`tokembed.Mixture.spec`, `tokembed.PhasedMixture.spec`): the mixture of the sources' train
+    splits; validation tokens from each source's val split, in proportion to its weight (over phases: its
+    largest weight).
 
     Args:
         max_val_tokens: read at most this many validation tokens (large shard folders).

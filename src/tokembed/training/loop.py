@@ -21,6 +21,7 @@ rank 0 alone evaluates and writes checkpoints. Checkpoints hold CPU tensors what
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,7 @@ import torch
 
 from tokembed._checks import check_positive_int
 from tokembed.data.loader import create_dataloader
+from tokembed.data.phases import schedule_decides
 from tokembed.embeddings.registry import positional_scheme
 from tokembed.model.checkpoint import (
     interrupted_save_hint,
@@ -46,9 +48,12 @@ from tokembed.training.data import TrainingData, check_same_tokenizer, load_trai
 from tokembed.training.device import DeviceConfig, Distributed, autocast, init_distributed, resolve_device, to_device
 from tokembed.training.evaluation import evaluate_tokens
 from tokembed.training.interrupt import DeferredInterrupt
+from tokembed.training.phase_log import PhaseLog
 from tokembed.training.state import TrainState
 
 __all__ = ["TrainResult", "train"]
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -142,6 +147,8 @@ def _start(config: TrainConfig, model_config: GPTConfig | None, saved: dict | No
         verify_checkpoint(out)  # every file exactly as saved (after the setup checks), or the damaged one named
         run.state.restore(out, run.model, run.optimizer, run.loader)
         run.restore_counts(out)
+        for note in run.loader.resume_notes:  # a phased mixture's schedule changed after the resume point
+            run.state.log.setdefault("schedule", []).append({"step": run.state.step, "change": note})
     return run
 
 
@@ -224,9 +231,13 @@ class _Run:
             raise ValueError(
                 f"{config.data} gives no full batch of {config.batch_size} windows of {config.max_length} tokens; lower batch_size or max_length"
             )
+        self.phase_log = PhaseLog.of(self.loader)  # a phased mixture: which phase each step reads
+        if self.phase_log is not None:
+            self.phase_log.check_end(config.max_steps, config.max_length)
         self.state = TrainState()
         self.counter: TokenCounter | None = TokenCounter(model_config.vocab_size)
         self.batches = None
+        self.progress = False
 
     def restore_counts(self, out: Path) -> None:
         """Continue the checkpoint's token counts (rank 0 holds them; the ranks' counts add up at each save).
@@ -260,11 +271,17 @@ class _Run:
         from tqdm.auto import tqdm
 
         c, s = self.config, self.state
+        self.progress = progress
         if progress:
             what = f"resuming {c.out} at step {s.step}" if resumed else f"training into {c.out}"
             tqdm.write(
                 f"{what}: GPT with {self.model.num_parameters():,} parameters ({self.model.config.positional} positions); {self.data.description}"
             )
+        for change in s.log.get("schedule", []):
+            if change["step"] == s.step:
+                self._say(f"data: resuming at step {s.step:,}: {change['change']}")
+        if self.phase_log is not None and s.step < end:
+            self._say(self.phase_log.at_start(s.step + 1))
         bar = tqdm(
             total=c.max_steps,
             initial=s.step,
@@ -324,11 +341,26 @@ class _Run:
         s.log["train"].append(
             {"step": s.step, "tokens": s.tokens_seen, "loss": loss.item(), "lr": lr, "tokens_per_s": tok_s}
         )
+        if self.phase_log is not None:  # a phased mixture: the phase of the step, and a line when one starts
+            s.log["train"][-1].update(self.phase_log.entry(s.step))
+            line = self.phase_log.starts_in(s.step)
+            if line:
+                self._say(line)
         val = s.last_loss("val")
         bar.update(1)
         bar.set_postfix(loss=f"{loss.item():.3f}", val=f"{val:.3f}" if val is not None else "-", tok_s=f"{tok_s:,.0f}")
         if s.step % c.eval_interval == 0 or s.step == c.max_steps:
             self._evaluate()
+
+    def _say(self, line: str) -> None:
+        """A log line (rank 0): above the progress bar, and to the ``tokembed.training`` logger."""
+        if not self.dist.is_main:
+            return
+        _log.info(line)
+        if self.progress:
+            from tqdm.auto import tqdm
+
+            tqdm.write(line)
 
     def _evaluate(self) -> None:
         if self.data.val is None or not self.dist.is_main:
@@ -412,7 +444,9 @@ def _step_model(model: GPT, device: DeviceConfig, dist: Distributed, where: torc
 
 def _check_resumable(saved: dict, given: TrainConfig) -> None:
     old, new = TrainConfig.from_dict(saved).to_dict(), given.to_dict()
-    diff = [f"{k}: {old[k]!r} -> {new[k]!r}" for k in old if k not in RESUMABLE_CHANGES and old[k] != new[k]]
+    # A phased mixture may change the phases after the resume point: the loader decides, at the saved position.
+    skip = (*RESUMABLE_CHANGES, "data") if schedule_decides(old["data"], new["data"]) else RESUMABLE_CHANGES
+    diff = [f"{k}: {old[k]!r} -> {new[k]!r}" for k in old if k not in skip and old[k] != new[k]]
     if diff:
         raise ValueError(
             f"cannot resume with a different training setup ({'; '.join(diff)}); resume with the checkpoint's values or train into a new --out"
