@@ -371,7 +371,7 @@ def test_train_on_a_mixture_resumes_exactly(three, tmp_path, capsys):
     assert main([*other, "--resume", "--steps", "4", "--no-progress"]) == 2
     assert "--resume: the checkpoint was trained on" in capsys.readouterr().err
     assert main(["train", str(three[0]), "--source", f"{three[2]}:1", "--out", str(tmp_path / "x")]) == 2
-    assert "either as DATA or as --source" in capsys.readouterr().err
+    assert "either as DATA, as --source PATH:WEIGHT options (repeated) or as --mixture FILE" in capsys.readouterr().err
 
 
 @settings(max_examples=20)
