@@ -399,9 +399,9 @@ class WindowLoader:
     def _check_schedule(self, saved: dict[str, Any], epoch: int, done: int) -> list[str]:
         """A phased mixture's state: its started phases must be the same; what changed after them is returned
         (and logged). The position is the saved one: its epoch of ``windows // G`` steps, and its steps done."""
-        g = self.global_batch_size
+        g, ds = self.global_batch_size, self.dataset
         slot = (epoch * (int(saved.get("windows") or 0) // g) + done) * g
-        notes = self.dataset.resume_check(saved, slot=slot)
+        notes = ds.resume_check(saved, slot=slot) if isinstance(ds, MixtureWindows) else []
         for note in notes:
             _log.info("resuming at step %d: %s", slot // g, note)
         return notes

@@ -76,8 +76,8 @@ def quota_period(weights: list[float]) -> tuple[list[int], int]:
     """Integer weights ``q`` summing to the period ``Q``: exact when the weights' denominator is <= PERIOD_MAX."""
     fracs = [Fraction(w).limit_denominator(PERIOD_MAX) for w in weights]
     if all(float(f) == w for f, w in zip(fracs, weights)):  # the weights are these small fractions
-        total = sum(fracs)
-        norm = [f / total for f in fracs]
+        exact = sum(fracs, Fraction(0))
+        norm = [f / exact for f in fracs]
         period = math.lcm(*(f.denominator for f in norm))
         if period <= PERIOD_MAX:
             return [int(f * period) for f in norm], period
@@ -132,7 +132,8 @@ class QuotaSchedule:
         return {"q": self.q, "period": self.period}  # workers rebuild the table (cached per process)
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["q"], state["period"])
+        self.q, self.period = tuple(state["q"]), int(state["period"])
+        self._q = np.asarray(self.q, dtype=np.int64)
 
     def draws(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(source, draw)`` of each global slot: which source, and which of its windows (0, 1, ...) in its own order."""
@@ -254,15 +255,16 @@ class PhaseSchedule:
         """Windows of each source among the first ``n_slots`` slots: (S,) int64."""
         if n_slots <= 0:
             return np.zeros(self.base.shape[1], dtype=np.int64)
-        k = int(self.phase_of(np.int64(n_slots - 1)))
+        k = int(self.phase_of(np.asarray(n_slots - 1)))
         return self.base[k] + self.quotas[k].counts(n_slots - self.first_slots[k])
 
     def slot_of_draw(self, source: int, draw: int) -> int | None:
         """The slot that holds draw ``draw`` of ``source``, or None when no phase reaches it."""
         for k, ph in enumerate(self.phases):
             end = self.base[k + 1, source] if k + 1 < len(self.phases) else math.inf
-            if ph.q[source] and self.base[k, source] <= draw < end:
-                return self.first_slots[k] + self.quotas[k].slot_of_draw(source, int(draw - self.base[k, source]))
+            local = self.quotas[k].slot_of_draw(source, int(draw - self.base[k, source]))  # None: weight 0 here
+            if local is not None and self.base[k, source] <= draw < end:
+                return self.first_slots[k] + local
         return None
 
 
