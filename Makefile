@@ -1,4 +1,4 @@
-# Two commands on a fresh machine:  `make demo`  and  `make test`.
+# Two commands on a fresh machine:  `make demo`  and  `make test`  (`make test-fast` for everyday work).
 # Both create .venv with python3 and install tokembed with the pins in constraints.txt
 # (torch 2.13.0: the CPU wheel this machine kind has on disk).
 PYTHON ?= python3
@@ -6,7 +6,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 PIP    := $(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt
 
-.PHONY: demo test lint setup setup-dev bench clean
+.PHONY: demo test test-fast lint setup setup-dev bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,8 +26,14 @@ setup-dev: $(VENV)/.installed-dev
 demo: $(VENV)/.installed
 	$(BIN)/tokembed demo
 
+# The whole suite (CI: .ci/run).
 test: $(VENV)/.installed-dev lint
 	$(BIN)/python -m pytest -q
+
+# Everyday work: every test not marked slow (torchrun, Ray, Chromium, kill -9, long training; see
+# tests/conftest.py), under 90 s on the 2-core development machine. Extra pytest options: make test-fast ARGS="-x".
+test-fast: $(VENV)/.installed-dev lint
+	$(BIN)/python -m pytest -q -m "not slow" $(ARGS)
 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check src tests benchmarks

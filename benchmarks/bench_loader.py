@@ -14,6 +14,10 @@
        corpus's text for the run).
    Every speed is measured after an untimed warm-up (for tokembed, one whole epoch, so that the
    process has mapped the shards' pages, as in any epoch of a training run after its first).
+   And at 8 x 1024, in turns in the same run: ``return_documents=True`` (document metadata),
+   ``packing="best-fit"`` (with and without metadata) and ``output="rows"`` against plain windows; and the
+   padding share of best-fit decreasing against first-fit on the corpus's documents at 256, 1024 and 4096
+   tokens per window (``--documents-only``: just these, to results/loader-documents.json).
 2. ``tokembed.create_dataloader_v1`` (the drop-in) against the book's code: construction time and peak
    memory at (256, 128) and (4, 4), iteration (whole epochs) at batch 8 x 4, on the chapter's story and on 10 MB of the
    corpus's text. Each text and setting runs in a fresh subprocess, ours first, then the book's. Peak
@@ -111,11 +115,14 @@ def _timed(f) -> float:
     return time.perf_counter() - t
 
 
-def ours_run(root: Path, b: int, t: int, n_batches: int):
+def ours_run(root: Path, b: int, t: int, n_batches: int, **options):
     """``run() -> (tokens, seconds)``: the first ``n_batches`` of a fresh iterator, after a warm-up epoch."""
     import tokembed
 
-    loader = tokembed.create_dataloader(root, batch_size=b, max_length=t, stride=t, shuffle=True, seed=0)
+    stride = None if options.get("packing") else t
+    loader = tokembed.create_dataloader(
+        root, batch_size=b, max_length=t, stride=stride, shuffle=True, seed=0, **options
+    )
     n = min(n_batches, len(loader))
     for _ in loader:  # one untimed epoch: this process maps the shards' pages, as after a training run's first epoch
         pass
@@ -267,6 +274,82 @@ def bench_mixture(args, root: Path) -> dict:
     return row
 
 
+DOCUMENT_MODES = {  # name -> create_dataloader options, against plain windows in the same run
+    "plain windows": {},
+    "return_documents": {"return_documents": True},
+    "packing best-fit": {"packing": "best-fit"},
+    "packing + documents": {"packing": "best-fit", "return_documents": True},
+    "rows (B, T+1)": {"output": "rows"},
+}
+
+
+def bench_documents(args, root: Path) -> dict:
+    """8 x 1024 shuffled: document metadata and packing against plain windows, timed in turns; and the padding
+    share of best-fit decreasing against first-fit on the corpus's documents (train split)."""
+    from tokembed.data.packing import plan_packing
+    from tokembed.shards.reader import open_shards
+
+    b, t = 8, 1024
+    runs = {name: ours_run(root, b, t, args.batches, **opts) for name, opts in DOCUMENT_MODES.items()}
+    rates: dict[str, list[float]] = {k: [] for k in runs}
+    cpu_rates: dict[str, list[float]] = {k: [] for k in runs}
+    for _ in range(args.repeats):
+        for name, run in runs.items():
+            cpu = time.process_time()
+            tokens, sec = run()
+            rates[name].append(tokens / sec)
+            cpu_rates[name].append(tokens / (time.process_time() - cpu))
+    base, base_cpu = max(rates["plain windows"]), max(cpu_rates["plain windows"])
+    rows = [
+        {"mode": k, "tok_s": max(v), "vs_plain": max(v) / base, "cpu_vs_plain": max(cpu_rates[k]) / base_cpu}
+        for k, v in rates.items()
+    ]
+    ss = open_shards(root)
+    padding = []
+    for length in (256, 1024, 4096):
+        plans = {
+            k: plan_packing(ss.doc_starts(), ss.n_tokens, max_length=length, packer=k)
+            for k in ("best-fit", "first-fit")
+        }
+        best, first = (plans[k].stats() for k in ("best-fit", "first-fit"))
+        padding.append(
+            {"max_length": length, "documents": best["documents"], "best_fit_share": best["padding_share"],
+             "first_fit_share": first["padding_share"], "best_fit_windows": best["windows"],
+             "first_fit_windows": first["windows"], "cut_documents": best["cut_documents"]}
+        )  # fmt: skip
+    for r in rows:
+        print(
+            f"  {r['mode']}: {r['tok_s'] / 1e6:.1f} M tok/s, {r['vs_plain']:.2f}x plain ({r['cpu_vs_plain']:.2f}x by CPU time)",
+            file=sys.stderr,
+        )
+    return {"shape": f"{b} x {t}", "rows": rows, "padding": padding, "user_dataloader": user_dataloader(args, root)}
+
+
+def user_dataloader(args, root: Path) -> dict:
+    """A user's own ``DataLoader(SlidingWindowDataset, batch_size=8, shuffle=True)`` at 8 x 1024: torch's default
+    collate (stacks B pairs) against ``collate_fn=tokembed.collate_windows`` (the batch gathered in one step)."""
+    import torch
+    from torch.utils.data import DataLoader
+
+    import tokembed
+
+    ds = tokembed.SlidingWindowDataset(root, max_length=1024)
+    rates: dict[str, list[float]] = {"default collate": [], "collate_windows": []}
+    for _ in range(args.repeats):
+        for name, collate in (("default collate", None), ("collate_windows", tokembed.collate_windows)):
+            torch.manual_seed(0)
+            it = iter(DataLoader(ds, batch_size=8, shuffle=True, collate_fn=collate))
+            next(it)
+            cpu = time.process_time()
+            for _ in range(args.batches):
+                next(it)
+            rates[name].append(args.batches / (time.process_time() - cpu))
+    best = {k: max(v) for k, v in rates.items()}
+    print(f"  user DataLoader 8 x 1024: {best['collate_windows']:.0f} batches/s with collate_windows, "
+          f"{best['default collate']:.0f} with the default collate (CPU time)", file=sys.stderr)  # fmt: skip
+    return {"batches_per_cpu_s": best, "speedup": best["collate_windows"] / best["default collate"]}
+
+
 # ----------------------------------------------------------------------------------------------- 2. drop-in
 
 
@@ -400,6 +483,7 @@ def report(res: dict) -> str:
             f"{m['vs_one_folder']:.2f}x | {m['cpu_vs_one_folder']:.2f}x |",
             "",
         ]
+    lines += report_documents(res.get("documents"))
     lines += [
         "### The drop-in `create_dataloader_v1` vs the book's code (same process, ours first)",
         "",
@@ -423,6 +507,40 @@ def report(res: dict) -> str:
     return "\n".join(lines)
 
 
+def report_documents(d: dict | None) -> list[str]:
+    if not d:
+        return []
+    lines = [
+        f"### Document metadata and packing vs plain windows ({d['shape']}, shuffled, the same run)",
+        "",
+        "| mode | M tok/s | vs plain windows | by CPU time |",
+        "|---|---:|---:|---:|",
+    ]
+    lines += [
+        f"| {r['mode']} | {r['tok_s'] / 1e6:.1f} | {r['vs_plain']:.2f}x | {r['cpu_vs_plain']:.2f}x |" for r in d["rows"]
+    ]
+    lines += [
+        "",
+        "| max_length | documents | padding best-fit | padding first-fit | windows best / first |",
+        "|---:|---:|---:|---:|---:|",
+    ]
+    lines += [
+        f"| {r['max_length']} | {r['documents']:,} | {100 * r['best_fit_share']:.2f}% | {100 * r['first_fit_share']:.2f}% | "
+        f"{r['best_fit_windows']:,} / {r['first_fit_windows']:,} |"
+        for r in d["padding"]
+    ]
+    u = d.get("user_dataloader")
+    if u:
+        r = u["batches_per_cpu_s"]
+        lines += [
+            "",
+            f"A user's own DataLoader (8 x 1024, shuffled): {r['collate_windows']:,.0f} batches per CPU second with "
+            f"`collate_fn=tokembed.collate_windows`, {r['default collate']:,.0f} with torch's default collate "
+            f"({u['speedup']:.1f}x).",
+        ]
+    return [*lines, ""]
+
+
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--dropin-worker":
         path, max_length, stride, iterate, repeats, max_batches = sys.argv[2:8]
@@ -436,6 +554,11 @@ def main() -> None:
     p.add_argument("--quick", action="store_true", help="smaller corpus and fewer batches")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--mixture-only", action="store_true", help="only the mixture row (results/loader-mixture.json)")
+    p.add_argument(
+        "--documents-only",
+        action="store_true",
+        help="only metadata, packing and padding (results/loader-documents.json)",
+    )
     args = p.parse_args()
     args.shard_mb, args.book_mb, args.dropin_mb = (20, 6, 2) if args.quick else (100, 16, 10)
     args.copy_mb = 64 if args.quick else 256
@@ -449,6 +572,13 @@ def main() -> None:
         "cpu_count": os.cpu_count(),
         "load_average_at_start": os.getloadavg(),
     }
+    if args.documents_only:
+        root = ensure_shards(args.shard_mb)
+        warm(root)
+        res["documents"] = bench_documents(args, root)
+        print("\n".join(report_documents(res["documents"])))
+        (RESULTS / "loader-documents.json").write_text(json.dumps(res, indent=1) + "\n")
+        return
     if args.mixture_only:
         root = ensure_shards(args.shard_mb)
         warm(root)
@@ -458,6 +588,7 @@ def main() -> None:
         return
     res["shards"] = bench_shards(args)
     res["mixture"] = bench_mixture(args, DATA / f"loader-shards-{args.shard_mb}mb")
+    res["documents"] = bench_documents(args, DATA / f"loader-shards-{args.shard_mb}mb")
     res["dropin"] = bench_dropin(args)
     res["seconds"] = time.time() - t0
     table = report(res)

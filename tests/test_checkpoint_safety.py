@@ -15,12 +15,10 @@ import textwrap
 
 import pytest
 
-from conftest import STORY
-from tokembed import GPTConfig, TrainConfig, load_checkpoint, train
+from conftest import STORY, TINY
+from tokembed import TrainConfig, load_checkpoint, train
 from tokembed.cli import main
 from tokembed.model.checkpoint import verify_checkpoint
-
-TINY = GPTConfig(context_length=16, dim=16, n_layers=1, n_heads=2)
 
 
 def cfg(root, name="run", **kw):
@@ -39,6 +37,7 @@ def user_folder(path, text="mine"):
     return tree(path)
 
 
+@pytest.mark.slow
 def test_saves_never_touch_sibling_folders_that_only_look_like_leftovers(tmp_path):
     names = ["run.old-backup", "run.tmp-mydata", "run.step-0000001", "run.old-x"]
     before = {n: user_folder(tmp_path / n) for n in names}
@@ -121,6 +120,7 @@ def test_a_killed_save_leaves_a_marked_folder_that_the_next_save_removes(tmp_pat
     assert tree(tmp_path / "run.tmp-mydata") == user
 
 
+@pytest.mark.slow
 def test_the_last_k_checkpoints_are_kept_and_each_loads(tmp_path, capsys):
     train(cfg(tmp_path, max_steps=5, keep_checkpoints=3), TINY, progress=False)
     kept = sorted(p.name for p in tmp_path.iterdir())
@@ -151,6 +151,7 @@ def losses(run) -> list[tuple[int, float]]:
     return [(e["step"], e["loss"]) for e in json.loads((run / "log.json").read_text())["train"]]
 
 
+@pytest.mark.slow
 def test_resume_takes_the_newest_complete_checkpoint(tmp_path):
     """A save killed between its renames leaves no CKPT, or a damaged CKPT: resume continues the newest complete
     kept one, and says so; the damaged one is moved aside, never deleted."""

@@ -6,51 +6,20 @@ the parent checks the list. Commands that need torch (train, inspect, demo, ...)
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from conftest import imported_modules
 from tokembed import prepare_corpus
 from tokembed.cli import main
 
 TEXT = " ".join(f"The quick brown fox jumps over the lazy dog, {i} times." for i in range(60))  # one document
 
-# argv[1]: where to write the module list; argv[2:]: the command line. --help, --version and argparse errors
-# end in SystemExit, whose code is the exit status.
-RUN_MAIN = """
-import json, sys
-from tokembed.cli import main
-try:
-    status = main(sys.argv[2:])
-except SystemExit as e:
-    status = e.code
-json.dump(sorted(sys.modules), open(sys.argv[1], "w"))
-sys.exit(status)
-"""
-
-BUILD_PARSER = """
-import json, sys
-from tokembed.cli import build_parser
-build_parser()
-json.dump(sorted(sys.modules), open(sys.argv[1], "w"))
-"""
-
-
-def run_child(tmp_path: Path, code: str, *argv: str) -> tuple[subprocess.CompletedProcess, list[str]]:
-    """Run `code` in a new interpreter; return the finished process and the modules it imported."""
-    modules_file = tmp_path / "modules.json"
-    modules_file.unlink(missing_ok=True)
-    proc = subprocess.run(
-        [sys.executable, "-c", code, str(modules_file), *argv], capture_output=True, text=True, timeout=120
-    )
-    if not modules_file.exists():
-        pytest.fail(f"the child wrote no module list (exit {proc.returncode}):\n{proc.stderr}")
-    return proc, json.loads(modules_file.read_text())
+# The command line runs in a fresh interpreter: `main`'s status (or argparse's SystemExit) is the exit status.
+RUN_MAIN = "import sys; from tokembed.cli import main; sys.exit(main(sys.argv[1:]))"
 
 
 @pytest.fixture(scope="module")
@@ -67,13 +36,6 @@ def shards(tmp_path_factory, text_file) -> Path:
     return out
 
 
-def test_building_the_parser_imports_no_torch(tmp_path):
-    proc, modules = run_child(tmp_path, BUILD_PARSER)
-    assert proc.returncode == 0, proc.stderr
-    assert "tokembed.cli.train" in modules  # every command module was registered...
-    assert "torch" not in modules  # ...without importing torch
-
-
 @pytest.mark.parametrize(
     "argv, out",
     [
@@ -84,14 +46,14 @@ def test_building_the_parser_imports_no_torch(tmp_path):
     ids=["version", "help", "prepare-help"],
 )
 def test_version_and_help_import_no_torch(tmp_path, argv, out):
-    proc, modules = run_child(tmp_path, RUN_MAIN, *argv)
+    proc, modules = imported_modules(tmp_path, RUN_MAIN, *argv)
     assert proc.returncode == 0, proc.stderr
     assert out in proc.stdout
     assert "torch" not in modules
 
 
 def test_check_imports_no_torch(tmp_path, shards):
-    proc, modules = run_child(tmp_path, RUN_MAIN, "check", str(shards))
+    proc, modules = imported_modules(tmp_path, RUN_MAIN, "check", str(shards))
     assert proc.returncode == 0, proc.stderr
     assert re.fullmatch(
         rf"{re.escape(str(shards))}: OK \(train: 1 shards, [\d,]+ tokens, val: 0 shards, 0 tokens\)\n", proc.stdout
@@ -100,7 +62,7 @@ def test_check_imports_no_torch(tmp_path, shards):
 
 
 def test_stats_imports_no_torch(tmp_path, shards):
-    proc, modules = run_child(tmp_path, RUN_MAIN, "stats", str(shards), "--max-length", "8", "--world-size", "2")
+    proc, modules = imported_modules(tmp_path, RUN_MAIN, "stats", str(shards), "--max-length", "8", "--world-size", "2")
     assert proc.returncode == 0, proc.stderr
     assert "torch" not in modules
 
@@ -108,7 +70,7 @@ def test_stats_imports_no_torch(tmp_path, shards):
 def test_prepare_on_two_ranks_and_merge_import_no_torch(tmp_path, text_file):
     out = tmp_path / "corpus"
     for rank in ("0", "1"):
-        proc, modules = run_child(
+        proc, modules = imported_modules(
             tmp_path,
             RUN_MAIN,
             "prepare",
@@ -125,7 +87,7 @@ def test_prepare_on_two_ranks_and_merge_import_no_torch(tmp_path, text_file):
         )
         assert proc.returncode == 0, proc.stderr
         assert "torch" not in modules
-    proc, modules = run_child(tmp_path, RUN_MAIN, "merge", str(out))
+    proc, modules = imported_modules(tmp_path, RUN_MAIN, "merge", str(out))
     assert proc.returncode == 0, proc.stderr
     assert re.fullmatch(
         rf"{re.escape(str(out))}: merged \(train: 1 documents, [\d,]+ tokens, val: 0 documents, 0 tokens\)\n",
@@ -146,7 +108,7 @@ def test_prepare_on_two_ranks_and_merge_import_no_torch(tmp_path, text_file):
 )
 def test_a_missing_folder_is_one_line_and_exit_2(tmp_path, command, message):
     missing = tmp_path / "nonexistent"
-    proc, modules = run_child(tmp_path, RUN_MAIN, command, str(missing))
+    proc, modules = imported_modules(tmp_path, RUN_MAIN, command, str(missing))
     assert proc.returncode == 2
     assert re.fullmatch(
         f"tokembed {command}: error: " + message.format(missing=re.escape(str(missing))) + "\n", proc.stderr
@@ -158,7 +120,7 @@ def test_a_missing_folder_is_one_line_and_exit_2(tmp_path, command, message):
 def test_check_of_a_missing_folder_reports_it_as_the_problem(tmp_path):
     # `check` lists problems on stdout and exits 1 ("exit 1 when damaged"); a missing folder is one problem.
     missing = tmp_path / "nonexistent"
-    proc, modules = run_child(tmp_path, RUN_MAIN, "check", str(missing))
+    proc, modules = imported_modules(tmp_path, RUN_MAIN, "check", str(missing))
     assert proc.returncode == 1
     assert re.fullmatch(
         rf"DAMAGED: shard folder {re.escape(str(missing))} does not exist; create it with `tokembed prepare .*`\n",
@@ -192,9 +154,11 @@ def test_scheme_names_in_help_and_errors_are_the_registrys(capsys):
 def test_stats_of_a_mixture_and_export_import_no_torch(tmp_path, shards):
     shutil.copytree(shards, tmp_path / "copy")
     source = ["--source", f"{shards}:0.7", "--source", f"{tmp_path / 'copy'}:0.3"]
-    proc, modules = run_child(tmp_path, RUN_MAIN, "stats", *source, "--max-length", "8", "--steps", "5")
+    proc, modules = imported_modules(tmp_path, RUN_MAIN, "stats", *source, "--max-length", "8", "--steps", "5")
     assert proc.returncode == 0, proc.stderr
     assert "torch" not in modules
-    proc, modules = run_child(tmp_path, RUN_MAIN, "export", str(shards), "--format", "megatron", str(tmp_path / "m"))
+    proc, modules = imported_modules(
+        tmp_path, RUN_MAIN, "export", str(shards), "--format", "megatron", str(tmp_path / "m")
+    )
     assert proc.returncode == 0, proc.stderr
     assert "torch" not in modules and (tmp_path / "m.idx").is_file()

@@ -11,13 +11,12 @@ import pytest
 import torch
 
 import tokembed
-from conftest import STORY
+from conftest import STORY, TINY
 from inspect_helpers import V, planted_table, write_checkpoint
-from tokembed import GPTConfig, TrainConfig, load_table, train
+from tokembed import TrainConfig, load_table, train
 from tokembed.cli import main
 from tokembed.training.counts import COUNTS_FILE, read_token_counts
 
-TINY = GPTConfig(context_length=16, dim=16, n_layers=1, n_heads=2)
 # The story's first 90% (4,630 tokens) gives (4630 - 17) // 16 + 1 = 289 = 17 * 17 windows of 16 tokens:
 # 17 batches of 17 windows read every window exactly once in one epoch.
 EPOCH = dict(max_length=16, batch_size=17, max_steps=17, eval_interval=17, eval_batches=1, warmup_steps=2)
@@ -37,6 +36,7 @@ def epoch_run(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_train_records_exactly_the_ids_it_read(epoch_run):
     counts = read_token_counts(epoch_run)
     assert counts.dtype == torch.int64 and counts.shape == (V,)
@@ -44,6 +44,7 @@ def test_train_records_exactly_the_ids_it_read(epoch_run):
     assert int(counts.sum()) == json.loads((epoch_run / "config.json").read_text())["tokens_seen"]
 
 
+@pytest.mark.slow
 def test_tokens_absent_from_the_data_are_exactly_those_marked(epoch_run):
     table = load_table(epoch_run).with_min_count(1)
     never = set(torch.nonzero(read_once_counts() == 0).flatten().tolist())
@@ -51,6 +52,7 @@ def test_tokens_absent_from_the_data_are_exactly_those_marked(epoch_run):
     assert table.counts_source.startswith("recorded by train")
 
 
+@pytest.mark.slow
 def test_a_resumed_run_counts_as_an_uninterrupted_one(tmp_path):
     cfg = dict(data=str(STORY), max_length=16, batch_size=8, stride=64, max_steps=11, checkpoint_interval=5)
     train(TrainConfig(out=str(tmp_path / "whole"), **cfg), TINY, progress=False)
@@ -83,6 +85,7 @@ def test_prepare_records_corpus_counts_in_the_manifest(tmp_path, story):
     assert {i: int(counts[i]) for i in torch.nonzero(counts).flatten().tolist()} == dict(direct)
 
 
+@pytest.mark.slow
 def test_corpus_overrides_the_recorded_counts_and_export_carries_them(epoch_run, tmp_path, story, capsys):
     (tmp_path / "other.txt").write_text("king king king queen", encoding="utf-8")
     assert main(["inspect", str(epoch_run), "tokens", " king", "--json"]) == 0

@@ -31,6 +31,7 @@ def test_demo_json_on_the_story_prints_the_chapters_numbers(story, capsys):
     assert facts["worked_example"]["combined"] == [0.6, 0.1, 0.0]
 
 
+@pytest.mark.slow
 def test_demo_default_corpus_needs_no_download():
     # Run as a user would, in a fresh interpreter, on Python's own documentation topics.
     out = subprocess.run([sys.executable, "-m", "tokembed", "demo"], capture_output=True, text=True, timeout=300)

@@ -11,14 +11,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import STORY
+from conftest import STORY, TINY
 from tokembed import GPTConfig, TrainConfig, load_checkpoint, train
 from tokembed.cli import main
 from tokembed.training.device import DeviceConfig, resolve_device
 
 HERE = Path(__file__).resolve().parent
 TORCHRUN = Path(sys.executable).with_name("torchrun")
-TINY = GPTConfig(context_length=16, dim=16, n_layers=1, n_heads=2)
 
 
 def cfg(tmp_path, name, **kw):
@@ -68,6 +67,7 @@ def test_asking_for_a_missing_gpu_says_what_to_do(tmp_path, capsys):
     assert "no CUDA GPU here" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_bf16_autocast_trains_close_to_fp32(tmp_path):
     # bf16 keeps 8 bits of mantissa: the products differ in the third digit, the losses stay within ~1%.
     fp32 = train(cfg(tmp_path, "fp32"), TINY, progress=False, device=DeviceConfig(device="cpu"))
@@ -128,6 +128,7 @@ def test_two_ranks_equal_one_process_with_twice_the_batch_and_resume_exactly(tmp
 # ------------------------------------------------------------------------------- progress where slow
 
 
+@pytest.mark.slow
 def test_progress_bars_where_slow_and_none_in_a_pipe(tmp_path, capsys):
     from tokembed.inspection.counts import token_counts
     from tokembed.inspection.project import project_2d

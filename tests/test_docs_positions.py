@@ -5,11 +5,14 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from tokembed.embeddings.names import SCHEMES
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "positions.md"
 
 
+@pytest.mark.slow
 def test_the_positions_doc_examples_run(capsys):
     blocks = re.findall(r"^```python\n(.*?)^```", DOC.read_text(encoding="utf-8"), flags=re.S | re.M)
     assert len(blocks) >= 5

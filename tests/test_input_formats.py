@@ -152,48 +152,59 @@ def test_a_registered_format_goes_through_a_codec_and_says_where_it_fails(csv_fo
         prepare_corpus([tmp_path / "plain.csv"], tmp_path / "e", workers=1)
 
 
-def plugin_env(tmp_path: Path) -> dict[str, str]:
-    """A distribution that declares this file's CsvFormat under the entry point group, found through PYTHONPATH
-    (what `pip install` of a package with ``[project.entry-points."tokembed.input_formats"]`` leaves behind)."""
-    site = tmp_path / "site"
-    info = site / "toy_csv_format-1.0.dist-info"
-    info.mkdir(parents=True)
+def register_csv() -> None:
+    """What a plugin's entry point calls (``module:function``): register this file's CsvFormat."""
+    formats.register_format(CsvFormat)
+
+
+def plugin_env(tmp_path: Path, how: str) -> dict[str, str]:
+    """An environment whose ``tokembed`` finds this file's CsvFormat: named in TOKEMBED_PLUGINS, or declared by an
+    installed distribution as an entry point of the group ``tokembed.plugins`` (a ``*.dist-info`` folder on
+    PYTHONPATH: what ``pip install`` of a package with ``[project.entry-points."tokembed.plugins"]`` leaves)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), str(TESTS)])}
+    env.pop(formats.PLUGINS_ENV, None)
+    if how == "env":
+        return {**env, formats.PLUGINS_ENV: "test_input_formats:register_csv"}
+    if how != "entry-point":
+        return env  # no plugin
+    info = tmp_path / "site" / "toy_csv_format-1.0.dist-info"
+    info.mkdir(parents=True, exist_ok=True)
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: toy-csv-format\nVersion: 1.0\n")
-    (info / "entry_points.txt").write_text(f"[{formats.ENTRY_POINT_GROUP}]\ncsv = test_input_formats:CsvFormat\n")
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(TESTS)])}
+    (info / "entry_points.txt").write_text(f"[{formats.ENTRY_POINT_GROUP}]\ncsv = test_input_formats:register_csv\n")
+    return env
 
 
-def test_the_cli_finds_a_format_through_its_entry_point(tmp_path):
+def tokembed_cli(tmp_path: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "tokembed", *args], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+
+
+@pytest.mark.slow  # four tokembed processes
+@pytest.mark.parametrize("how", ["entry-point", "env"])
+def test_the_cli_finds_a_format_through_a_plugin(tmp_path, how):
     texts = rows(150, seed=4)
     write_csv(tmp_path / "rows.csv", texts)
     (tmp_path / "rows.data").write_bytes((tmp_path / "rows.csv").read_bytes())
-    env = plugin_env(tmp_path)
-    cmd = [sys.executable, "-m", "tokembed"]
+    env = plugin_env(tmp_path, how)
     for args, out in ((["rows.csv"], "by-suffix"), (["rows.data", "--format", "csv"], "by-name")):
-        proc = subprocess.run(
-            [*cmd, "prepare", *args, "--out", out, "--field", "body", "--workers", "1", "-q"],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-        )
+        proc = tokembed_cli(tmp_path, env, "prepare", *args, "--out", out, "--field", "body", "--workers", "1", "-q")
         assert proc.returncode == 0, proc.stderr
         assert decoded(tmp_path / out) == [t for t in texts if t.strip()]  # read back without the plugin
         assert check_shards(tmp_path / out) == []
-    helped = subprocess.run([*cmd, "prepare", "--help"], env=env, capture_output=True, text=True).stdout
+    helped = tokembed_cli(tmp_path, env, "prepare", "--help").stdout
     assert "csv (CSV with a header row" in " ".join(helped.split())
-    bare = subprocess.run(
-        [*cmd, "prepare", "rows.data", "--out", "x", "--format", "csv"], cwd=tmp_path, capture_output=True, text=True
+    bare = tokembed_cli(
+        tmp_path, plugin_env(tmp_path / "none", "none"), "prepare", "rows.data", "--out", "x", "--format", "csv"
     )
     assert bare.returncode == 2 and "format must be one of auto, text, jsonl, parquet, got 'csv'" in bare.stderr
-    (tmp_path / "site" / "toy_csv_format-1.0.dist-info" / "entry_points.txt").write_text(
-        f"[{formats.ENTRY_POINT_GROUP}]\ncsv = no_such_module:CsvFormat\n"
-    )
-    broken = subprocess.run(
-        [*cmd, "prepare", "rows.csv", "--out", "y"], cwd=tmp_path, env=env, capture_output=True, text=True
-    )
-    assert broken.returncode == 2
-    assert "input format plugin 'csv' (no_such_module:CsvFormat, from toy-csv-format) cannot be loaded" in broken.stderr
+
+
+def test_a_broken_format_plugin_is_named(tmp_path):
+    env = {**plugin_env(tmp_path, "none"), formats.PLUGINS_ENV: "no_such_module"}
+    (tmp_path / "a.txt").write_text("text", encoding="utf-8")
+    broken = tokembed_cli(tmp_path, env, "prepare", "a.txt", "--out", "y")
+    assert broken.returncode == 2 and "tokembed plugin 'no_such_module' (from TOKEMBED_PLUGINS)" in broken.stderr
 
 
 # ---------------------------------------------------------------------------------------- opened inputs

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import STORY
-from tokembed import GPTConfig, TrainConfig, train
+from conftest import STORY, TINY
+from tokembed import TrainConfig, train
 from tokembed.cli import main
 from tokembed.embeddings.isotropy import isoscore, isotropy, isotropy_of_table
 
@@ -62,10 +62,11 @@ def test_trained_rows_are_those_read_min_count_times():
         isotropy(x[:1])
 
 
+@pytest.mark.slow
 def test_training_logs_isotropy_at_every_checkpoint_and_inspect_prints_it(tmp_path, capsys):
     out = tmp_path / "run"
     cfg = TrainConfig(data=str(STORY), out=str(out), max_length=16, batch_size=4, max_steps=6, checkpoint_interval=2)
-    train(cfg, GPTConfig(context_length=16, dim=16, n_layers=1, n_heads=2), progress=False)
+    train(cfg, TINY, progress=False)
     history = json.loads((out / "log.json").read_text())["isotropy"]
     assert [r["step"] for r in history] == [2, 4, 6]
     from tokembed import load_table

@@ -7,6 +7,7 @@ the imports between modules form no cycle:
     1 tokenizer                 text -> ids
     2 shards                    ids -> token shards on disk
     3 data                      shards -> windows -> batches
+  3.5 integrations              batches -> the trainers people use (HF, torchtitan, litgpt, Megatron)
     4 embeddings                batches -> token + positional embeddings
     5 model                     embeddings -> a GPT, its checkpoints
     6 training                  the loop, evaluation, experiments
@@ -24,7 +25,7 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src" / "tokembed"
 STAGES = {
     "_atomic": 0, "_checks": 0, "_lazy": 0, "_lock": 0, "_paths": 0, "_plot": 0, "_plugins": 0,
-    "tokenizer": 1, "shards": 2, "data": 3, "embeddings": 4, "model": 5, "training": 6, "inspection": 7,
+    "tokenizer": 1, "shards": 2, "data": 3, "integrations": 3.5, "embeddings": 4, "model": 5, "training": 6, "inspection": 7,
     "demo": 8, "cli": 8, "__init__": 8, "__main__": 8,
 }  # fmt: skip
 MAX_FUNCTION_LINES = 60
@@ -35,7 +36,7 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def stage(module: str) -> int:
+def stage(module: str) -> float:
     parts = module.split(".")
     top = parts[1] if len(parts) > 1 else "__init__"
     if top not in STAGES:
@@ -148,7 +149,9 @@ def test_no_function_is_longer_than_60_lines():
     assert not long, f"functions over {MAX_FUNCTION_LINES} lines (split them into named steps):\n" + "\n".join(long)
 
 
-@pytest.mark.parametrize("name", ["shards", "data", "model", "training", "inspection", "embeddings", "cli"])
+@pytest.mark.parametrize(
+    "name", ["shards", "data", "integrations", "model", "training", "inspection", "embeddings", "cli"]
+)
 def test_each_stage_is_a_package_with_a_docstring(name):
     init = SRC / name / "__init__.py"
     assert init.is_file()

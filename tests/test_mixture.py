@@ -351,6 +351,7 @@ def test_stats_count_what_the_loader_reads(three, steps, capsys):
     assert f"{steps} steps of 6 windows" in out and f"{counts[1]:>13,}{counts[1] / 3:>10.3f}" in out
 
 
+@pytest.mark.slow
 def test_train_on_a_mixture_resumes_exactly(three, tmp_path, capsys):
     from tokembed.cli import main
 

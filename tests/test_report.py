@@ -96,6 +96,7 @@ def test_report_holds_the_neighbour_tables_and_settings(report, ckpt):
     assert "61,440" in text and "model.positional" in text  # tokens seen, settings
 
 
+@pytest.mark.slow
 def test_report_on_gpt2_tables_and_on_a_rope_checkpoint(tmp_path):
     save_file({"transformer." + k: v for k, v in gpt2_state().items()}, str(tmp_path / "model.safetensors"))
     (tmp_path / "config.json").write_text(
@@ -343,6 +344,7 @@ def scheme_reports(tmp_path_factory):
     return {s: write_report(tiny_run(root / s, s, str(corpus)), root / f"{s}.html", config=FAST) for s in SCHEMES}
 
 
+@pytest.mark.slow
 def test_every_section_has_content_for_each_of_the_seven_schemes(scheme_reports):
     for scheme, path in scheme_reports.items():
         found = sections_of(path)
@@ -359,6 +361,7 @@ def test_every_section_has_content_for_each_of_the_seven_schemes(scheme_reports)
         assert "under-trained" in found["Nearest neighbours"]["text"]  # a 2-step run barely read anything
 
 
+@pytest.mark.slow
 def test_settings_show_only_what_applied(scheme_reports):
     rope, t5 = (
         sections_of(scheme_reports["rope"])["Settings"]["text"],
@@ -371,6 +374,7 @@ def test_settings_show_only_what_applied(scheme_reports):
     assert "train.init_embeddings" not in rope
 
 
+@pytest.mark.slow
 def test_a_shard_folder_run_shows_no_val_fraction_and_its_own_text(tmp_path):
     from inspect_helpers import tiny_run
 
@@ -392,6 +396,7 @@ def test_reports_of_every_scheme_render_in_headless_chromium(scheme_reports, tmp
         assert all(i["complete"] and i["w"] > 0 and i["h"] > 0 for i in images), (scheme, images)
 
 
+@pytest.mark.slow
 def test_gpt2_wte_gets_candidates_without_counts_and_scores_with_a_corpus(tmp_path, story):
     state = gpt2_state()
     state["wte.weight"][[124, 125, *range(177, 188)]] = 0.5  # GPT-2's never-in-UTF-8 byte tokens: one point

@@ -50,6 +50,7 @@ def test_o200k_shards_are_uint32_and_decode_back(o200k_folder):
     assert check_shards(out) == []
 
 
+@pytest.mark.slow
 def test_a_gpt_trained_on_o200k_data_has_its_vocabulary_and_inspect_labels_it(o200k_folder, tmp_path):
     out, _ = o200k_folder
     config = TrainConfig(
@@ -82,6 +83,7 @@ def test_opening_data_of_another_tokenizer_names_both(o200k_folder, tmp_path):
         train(TrainConfig(data=str(out), out=str(tmp_path / "s"), max_steps=1), small, progress=False)
 
 
+@pytest.mark.slow
 def test_resuming_on_data_of_another_tokenizer_is_refused(o200k_folder, tmp_path, story):
     out, _ = o200k_folder
     text = tmp_path / "story.txt"

@@ -10,13 +10,11 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import tokembed
-from conftest import STORY
+from conftest import STORY, TINY
 from tokembed import GPTConfig, TrainConfig, load_checkpoint, train
 from tokembed.cli import main
 from tokembed.training.config import lr_at
 from tokembed.training.data import load_training_data
-
-TINY = GPTConfig(context_length=16, dim=16, n_layers=1, n_heads=2)
 
 
 def cfg(tmp_path, name="run", **kw):
@@ -100,6 +98,7 @@ def test_checkpoint_layout_and_round_trip(tmp_path):
     torch.testing.assert_close(model(ids), twin.eval()(ids))
 
 
+@pytest.mark.slow
 def test_resumed_run_equals_uninterrupted_run(tmp_path):
     # dropout on (the RNG state is restored) and more steps than an epoch has batches (the loader's position is restored)
     model = GPTConfig(context_length=16, dim=16, n_layers=1, n_heads=2, dropout=0.1, positional="rope")
@@ -278,6 +277,7 @@ def test_eval_too_long_for_the_validation_text(tmp_path):
         tokembed.evaluate(tmp_path / "run", lengths=[4096])
 
 
+@pytest.mark.slow
 def test_eval_with_rope_scaling(tmp_path):
     from tokembed.training.evaluation import rope_scaled
 

@@ -20,12 +20,11 @@ import time
 
 import pytest
 
-from conftest import STORY
-from tokembed import GPTConfig, TrainConfig, train
+from conftest import STORY, TINY
+from tokembed import TrainConfig, train
 
 SIGINT_TRIALS = int(os.environ.get("TOKEMBED_SIGINT_TRIALS", "10"))
 KILL_TRIALS = int(os.environ.get("TOKEMBED_KILL_TRIALS", "1"))
-TINY = GPTConfig(context_length=16, dim=16, n_layers=1, n_heads=2)
 STEPS = 24
 
 
@@ -41,6 +40,7 @@ def losses(out) -> tuple[list, list]:
     return [(e["step"], e["loss"]) for e in log["train"]], [(e["step"], e["loss"]) for e in log["val"]]
 
 
+@pytest.mark.slow
 def test_ctrl_c_at_random_moments_then_resume_gives_the_uninterrupted_losses(tmp_path, monkeypatch):
     monkeypatch.setattr("tokembed.model.checkpoint.write_loss_png", lambda log, path: False)  # speed: no PNG
     train(cfg(tmp_path / "warm"), TINY, progress=False)  # one-time costs (tokenizer, imports) out of the timing

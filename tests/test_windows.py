@@ -47,7 +47,8 @@ PARAMS = [
     dict(batch_size=4, max_length=256, stride=128),
     dict(batch_size=3, max_length=7, stride=2),
     dict(batch_size=5, max_length=16, stride=32),
-    dict(batch_size=1, max_length=1, stride=1),
+    # one token per window: thousands of batches per text (seconds), so only the whole suite runs it
+    pytest.param(dict(batch_size=1, max_length=1, stride=1), marks=pytest.mark.slow),
 ]
 
 

@@ -43,6 +43,10 @@ _PUBLIC = {
     "PhasedMixture": "data.phases",
     "load_schedule": "data.phases",
     "create_dataloader": "data.loader",
+    "collate_windows": "data.windows",
+    "DocumentBatch": "data.batch",
+    "PackedWindows": "data.packed",
+    "WindowBatchSampler": "data.sampler",
     # batches -> embeddings
     "TokenEmbedding": "embeddings",
     "LearnedPositionalEmbedding": "embeddings",

@@ -61,14 +61,14 @@ def _add_prepare(sub: argparse._SubParsersAction) -> None:
 
 
 class _FormatsHelp(str):
-    """``--format``'s help: the registered formats, plugins included, listed only when help is printed (loading
-    plugins costs every ``tokembed`` call tens of milliseconds otherwise). argparse fills help with ``%``."""
+    """``--format``'s help: the registered formats, plugins included, listed when help is printed (argparse
+    fills a help string with ``%``), so building the parser does not depend on the plugins being loaded yet."""
 
     def __mod__(self, params: object) -> str:
-        from tokembed.shards.formats import ENTRY_POINT_GROUP, formats
+        from tokembed.shards.formats import PLUGINS_ENV, formats
 
         listed = ", ".join(f"{f.name} ({f.summary})" for f in formats())
-        return f"{self}: auto (by suffix, the default), {listed}; packages add more (entry point group {ENTRY_POINT_GROUP})"
+        return f"{self}: auto (by suffix, the default), {listed}; plugins add more ({PLUGINS_ENV}, docs/corpora.md)"
 
 
 def _input_format(name: str) -> str:
@@ -150,6 +150,13 @@ def _register_stats(sub: argparse._SubParsersAction) -> None:
         help="ranks sharing each epoch: also print the batches per rank (tokembed.data.plan)",
     )
     s.add_argument("--per-file", action="store_true", help="also print one row per input file")
+    s.add_argument(
+        "--packing",
+        default=None,
+        metavar="PACKER",
+        help="also pack whole documents into windows of max-length and report the padding: a packer of "
+        "tokembed.data.packing.PACKERS, e.g. best-fit (a wrong name lists them)",
+    )
     s.add_argument("--json", action="store_true", help="print JSON (everything, per file included)")
     s.set_defaults(func=run_stats)
 
@@ -314,7 +321,9 @@ def run_stats(args: argparse.Namespace) -> int:
     if args.source or args.mixture:
         return run_mixture_stats(args)
 
-    st = shard_stats(args.dir, max_length=args.max_length, stride=args.stride, batch_size=args.batch_size)
+    st = shard_stats(
+        args.dir, max_length=args.max_length, stride=args.stride, batch_size=args.batch_size, packing=args.packing
+    )
     add_rank_plans(st, world_size=args.world_size)  # per-rank batches: the arithmetic the loader follows
     if args.json:
         print(json.dumps(st, indent=2))
@@ -345,6 +354,12 @@ def _stats_summary(st: dict) -> list[str]:
             f"{name}: {rp['batches']:,} batches per rank x world_size={rp['world_size']} (last batch {rp['last_batch_size']} windows, "
             f"{rp['dropped_windows']:,} windows dropped, {rp['padded_windows']:,} padded per epoch; {pl['tail_tokens']:,} tail tokens)"
         )
+        pk = s.get("packing")
+        if pk:
+            lines.append(
+                f"{name} packed ({pk['packer']}): {pk['windows']:,} windows, {pk['padding_tokens']:,} padding tokens "
+                f"({100 * pk['padding_share']:.2f}%), {pk['cut_documents']:,} documents longer than a window cut"
+            )
     return lines
 
 

@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader, Dataset, RandomSampler, SequentialSampl
 
 from tokembed._checks import check_positive_int
 from tokembed.data.plan import window_count
-from tokembed.data.windows import _collate_windows, _WindowBatch, check_window_args, encode_text
+from tokembed.data.windows import _WindowBatch, check_window_args, collate_windows, encode_text
 from tokembed.tokenizer import get_tokenizer
 
 
@@ -95,7 +95,7 @@ def create_dataloader_v1(
         shuffle=shuffle,
         drop_last=drop_last,
         num_workers=num_workers,
-        collate_fn=_collate_windows,
+        collate_fn=collate_windows,
     )
 
 

@@ -47,11 +47,12 @@ import torch
 
 from tokembed._checks import check_bool, check_int, check_positive_int
 from tokembed.data.mixture_windows import MixtureWindows
+from tokembed.data.packed import PackedWindows
 from tokembed.data.plan import RankPlan, rank_plan
 from tokembed.data.shuffle import FeistelPermutation
 from tokembed.data.windows import SlidingWindowDataset
 
-__all__ = ["LoaderConfig", "WindowLoader", "create_dataloader", "resolve_rank"]
+__all__ = ["LoaderConfig", "WindowDataLoader", "WindowLoader", "create_dataloader", "resolve_rank"]
 
 _log = logging.getLogger(__name__)
 
@@ -96,6 +97,11 @@ class LoaderConfig:
         pin_memory: copy batches to page-locked memory (when CUDA is available).
         prefetch_factor: batches each worker prepares ahead (torch's default when None).
         multiprocessing_context: how workers start (``"fork"``, ``"spawn"``, ...; torch's default when None).
+        output: what each batch is: ``"pairs"`` ``(inputs, targets)``, (B, T) each; ``"rows"`` one (B, T+1)
+            tensor (inputs ``[:, :-1]``, targets ``[:, 1:]``: litgpt's and nanoGPT's layout); ``"documents"`` a
+            `tokembed.data.batch.DocumentBatch` (position_ids, cu_seqlens, max_seqlen, doc_lens).
+        max_documents: with ``output="documents"``, pad ``cu_seqlens`` to ``max_documents + 1`` entries and
+            ``doc_lens`` to (B, max_documents), so every batch has the same shapes (``torch.compile``).
     """
 
     batch_size: int
@@ -106,8 +112,19 @@ class LoaderConfig:
     pin_memory: bool = False
     prefetch_factor: int | None = None
     multiprocessing_context: str | None = None
+    output: str = "pairs"
+    max_documents: int | None = None
 
     def __post_init__(self) -> None:
+        if self.output not in OUTPUTS:
+            raise ValueError(f"output must be one of {', '.join(map(repr, OUTPUTS))}, got {self.output!r}")
+        if self.max_documents is not None:
+            check_positive_int("max_documents", self.max_documents)
+            if self.output != "documents":
+                raise ValueError(
+                    f"max_documents={self.max_documents} pads the document metadata: it needs output='documents' "
+                    "(or return_documents=True); leave it out otherwise"
+                )
         check_positive_int("batch_size", self.batch_size)
         for name in ("shuffle", "drop_last", "pin_memory"):
             check_bool(name, getattr(self, name))
@@ -119,6 +136,9 @@ class LoaderConfig:
                 raise ValueError(
                     f"prefetch_factor={self.prefetch_factor} needs num_workers >= 1 (workers prefetch); leave it out or add workers"
                 )
+
+
+OUTPUTS = ("pairs", "rows", "documents")  # what a loader yields (LoaderConfig.output)
 
 
 class _Epoch:
@@ -192,10 +212,14 @@ class _BufferPool:
 class _RankBatches(torch.utils.data.IterableDataset):
     """What each DataLoader worker runs: its share (every n-th batch) of one epoch of one rank."""
 
-    def __init__(self, dataset: SlidingWindowDataset, epoch: _Epoch, start: int) -> None:
+    def __init__(
+        self, dataset: SlidingWindowDataset, epoch: _Epoch, start: int, config: LoaderConfig | None = None
+    ) -> None:
         self.dataset, self.epoch, self.start = dataset, epoch, start
+        self.output = "pairs" if config is None else config.output
+        self.max_documents = None if config is None else config.max_documents
 
-    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def __iter__(self) -> Iterator[Any]:
         info = torch.utils.data.get_worker_info()
         wid, nw = (0, 1) if info is None else (info.id, info.num_workers)
         ts = range(self.start + wid, self.epoch.plan.batches, nw)
@@ -213,13 +237,23 @@ class _RankBatches(torch.utils.data.IterableDataset):
             head, ts, step = ts[:step], ts[step:], min(2 * step, most)
             for block in self.epoch.chunks(head, len(head)):  # (K', B); the shorter last batch apart
                 for i in range(0, len(block), per_chunk):
-                    ks = block[i : i + per_chunk]  # (K, B)
-                    out = None if pool is None else pool.get((ks.size, self.dataset.max_length))
-                    inputs, targets = self.dataset._gather(ks.ravel(), out)  # (K*B, T), (K*B, T)
-                    if len(ks) == 1:
-                        yield inputs, targets
-                    else:
-                        yield from zip(inputs.split(ks.shape[1]), targets.split(ks.shape[1]))  # (B,T), (B,T) each
+                    yield from self._batches(block[i : i + per_chunk], pool)  # (K, B) windows
+
+    def _batches(self, ks: np.ndarray, pool: _BufferPool | None) -> Iterator[Any]:
+        """The batches of windows ``ks`` (K, B), gathered together."""
+        ds, b = self.dataset, ks.shape[1]
+        if self.output == "rows":
+            yield from ds._gather_rows(ks.ravel()).split(b)  # (B, T+1) each
+            return
+        out = None if pool is None else pool.get((ks.size, ds.max_length))
+        if self.output == "documents":
+            yield from ds._document_batches(ks.ravel(), batch_size=b, max_documents=self.max_documents, out=out)
+        else:
+            inputs, targets = ds._gather(ks.ravel(), out)  # (K*B, T), (K*B, T)
+            if len(ks) == 1:
+                yield inputs, targets
+            else:
+                yield from zip(inputs.split(b), targets.split(b))  # (B,T), (B,T) each
 
 
 class WindowLoader:
@@ -290,14 +324,14 @@ class WindowLoader:
             )
         return _Epoch(len(self.dataset), self.plan, self.rank, shuffle=self.shuffle, seed=self.seed, epoch=self._epoch)
 
-    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def __iter__(self) -> Iterator[Any]:
         start, self._resume_at = self._resume_at, 0
         self._iter_id += 1
         self._done = start
         return self._run(self._iter_id, start)
 
-    def _run(self, my_id: int, start: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        stream = _RankBatches(self.dataset, self._epoch_arith(), start)
+    def _run(self, my_id: int, start: int) -> Iterator[Any]:
+        stream = _RankBatches(self.dataset, self._epoch_arith(), start, self.config)
         cfg = self.config
         if self.num_workers == 0:
             source: Any = iter(stream)
@@ -314,12 +348,12 @@ class WindowLoader:
                 )
             )
         pin = cfg.pin_memory and self.num_workers == 0 and torch.cuda.is_available()  # workers pin in their DataLoader
-        for inputs, targets in source:
+        for batch in source:
             if pin:
-                inputs, targets = inputs.pin_memory(), targets.pin_memory()
+                batch = batch.pin_memory() if not isinstance(batch, tuple) else tuple(t.pin_memory() for t in batch)
             if my_id == self._iter_id:
                 self._done += 1
-            yield inputs, targets  # (B,T), (B,T)
+            yield batch  # (B,T), (B,T); (B,T+1); or a DocumentBatch
         if my_id == self._iter_id:  # the epoch ran to its end: the next pass is the next epoch
             self._epoch, self._done = self._epoch + 1, 0
 
@@ -334,6 +368,7 @@ class WindowLoader:
             "max_length": ds.max_length,
             "stride": ds.stride,
             "within_documents": ds.within_documents,
+            "packing": getattr(ds, "packing", None),
             "batch_size": self.batch_size,
             "shuffle": self.shuffle,
             "seed": self.seed,
@@ -406,6 +441,53 @@ class WindowLoader:
             _log.info("resuming at step %d: %s", slot // g, note)
         return notes
 
+    def as_dataloader(self) -> WindowDataLoader:
+        """This loader as a ``torch.utils.data.DataLoader`` (for trainers that check ``isinstance``: Fabric,
+        litgpt, accelerate): the same batches, ``len``, ``set_epoch``, ``state_dict`` and ``load_state_dict``."""
+        return WindowDataLoader(self)
+
+
+class _Batches(torch.utils.data.IterableDataset):
+    """A `WindowLoader`'s batches as an ``IterableDataset`` (what `WindowDataLoader` wraps)."""
+
+    def __init__(self, loader: WindowLoader) -> None:
+        self.loader = loader
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.loader)
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+
+class WindowDataLoader(torch.utils.data.DataLoader):
+    """A `WindowLoader` seen as a ``torch.utils.data.DataLoader`` (`WindowLoader.as_dataloader`).
+
+    Iterating, ``len()``, ``set_epoch``, ``state_dict`` and ``load_state_dict`` are the `WindowLoader`'s
+    (``loader``); the DataLoader attributes are there for code that reads them. Its ``dataset`` is an
+    ``IterableDataset`` over the loader, so trainers that would put in a ``DistributedSampler`` of their
+    own (Lightning Fabric, accelerate) leave it alone: the loader deals ranks itself.
+    """
+
+    def __init__(self, loader: WindowLoader) -> None:
+        super().__init__(_Batches(loader), batch_size=None, num_workers=0)
+        self.loader = loader
+
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+        return iter(self.loader)
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.loader.set_epoch(epoch)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.loader.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.loader.load_state_dict(state)
+
 
 def _per_rank_batch(batch_size, global_batch_size, rank, world_size) -> int:
     """``batch_size``, or ``global_batch_size / world_size`` (which must divide)."""
@@ -448,6 +530,10 @@ def create_dataloader(
     prefetch_factor: int | None = None,
     multiprocessing_context: str | None = None,
     global_batch_size: int | None = None,
+    output: str = "pairs",
+    return_documents: bool = False,
+    max_documents: int | None = None,
+    packing: str | None = None,
 ) -> WindowLoader:
     """Batches of the chapter's windows from a shard folder, a token array or a text, at memory speed.
 
@@ -468,10 +554,17 @@ def create_dataloader(
         pin_memory, prefetch_factor, multiprocessing_context: passed to the workers' DataLoader.
         global_batch_size: windows per step over all ranks (``G``); ``batch_size`` is then ``G / world_size``.
             A state saved at one world size resumes at another with the same ``G`` (see the module's notes).
+        output: ``"pairs"`` (default), ``"rows"`` (one (B, T+1) tensor) or ``"documents"`` (a `DocumentBatch`
+            with ``position_ids``, ``cu_seqlens``, ``max_seqlen``, ``doc_lens``); see `LoaderConfig`.
+        return_documents: ``True`` is ``output="documents"``.
+        max_documents: pad each `DocumentBatch`'s ``cu_seqlens``/``doc_lens`` to this many documents.
+        packing: pack whole documents into windows instead of sliding over the stream: ``"best-fit"``
+            (best-fit decreasing; ``"first-fit"`` is the baseline). Documents longer than ``max_length`` are cut
+            at window boundaries; targets are -100 where nothing is predicted. See `tokembed.data.packing`.
 
     Returns:
-        A `WindowLoader`: iterate for ``(inputs, targets)``, int64 (B, T) each; ``len()``, ``set_epoch``,
-        ``state_dict``, ``load_state_dict``.
+        A `WindowLoader`: iterate for ``(inputs, targets)``, int64 (B, T) each (or what ``output`` asks for);
+        ``len()``, ``set_epoch``, ``state_dict``, ``load_state_dict``.
 
     Raises:
         ValueError: sizes below 1, a rank outside world_size, a source too short for one window or for
@@ -479,6 +572,13 @@ def create_dataloader(
             global_batch_size that world_size does not divide.
     """
     batch_size = _per_rank_batch(batch_size, global_batch_size, rank, world_size)
+    check_bool("return_documents", return_documents)
+    if return_documents and output != "documents":
+        if output != "pairs":
+            raise ValueError(
+                f"return_documents=True asks for output='documents', but output={output!r} was given too; give one"
+            )
+        output = "documents"
     # Options first: a bad one is reported before a text is tokenized or shards are opened.
     config = LoaderConfig(
         batch_size=batch_size,
@@ -489,13 +589,22 @@ def create_dataloader(
         pin_memory=pin_memory,
         prefetch_factor=prefetch_factor,
         multiprocessing_context=multiprocessing_context,
+        output=output,
+        max_documents=max_documents,
     )
     resolve_rank(rank, world_size)
+    options = dict(max_length=max_length, stride=stride, within_documents=within_documents, split=split, verify=verify)
+    dataset = _dataset(source, packing=packing, **options)
+    return WindowLoader(dataset, config, rank=rank, world_size=world_size)
+
+
+def _dataset(source, *, max_length, stride, within_documents, split, verify, packing) -> SlidingWindowDataset:
+    """The windows `create_dataloader` reads: ``source`` itself when it is a dataset, else built from it."""
     if isinstance(source, SlidingWindowDataset):
-        for name, value in (("max_length", max_length), ("stride", stride)):
-            if value is not None and value != getattr(source, name):
+        for name, value in (("max_length", max_length), ("stride", stride), ("packing", packing)):
+            if value is not None and value != getattr(source, name, None):
                 raise ValueError(
-                    f"{name}={value} differs from the dataset's {name}={getattr(source, name)}; leave it out or build the dataset with it"
+                    f"{name}={value!r} differs from the dataset's {name}={getattr(source, name, None)!r}; leave it out or build the dataset with it"
                 )
         given = {"within_documents": within_documents, "split": split, "verify": verify}
         if any(v not in (None, False) for v in given.values()):
@@ -503,11 +612,13 @@ def create_dataloader(
                 f"{', '.join(f'{k}={v!r}' for k, v in given.items() if v not in (None, False))} applies when "
                 "create_dataloader builds the dataset; this one is built already: build it with that option"
             )
-        dataset = source
-    else:
-        if max_length is None:
-            raise TypeError("create_dataloader() needs max_length (tokens per window), e.g. max_length=256")
-        dataset = SlidingWindowDataset(
-            source, max_length=max_length, stride=stride, within_documents=within_documents, split=split, verify=verify
-        )
-    return WindowLoader(dataset, config, rank=rank, world_size=world_size)
+        return source
+    if max_length is None:
+        raise TypeError("create_dataloader() needs max_length (tokens per window), e.g. max_length=256")
+    options = dict(max_length=max_length, stride=stride, within_documents=within_documents, split=split, verify=verify)
+    if packing is None:
+        return SlidingWindowDataset(source, **options)
+    variant = getattr(source, "window_dataset_class", None)
+    if variant is not None:  # a Mixture: each source packed (MixtureWindows)
+        return variant()(source, packing=packing, **options)
+    return PackedWindows(source, packing=packing, **options)

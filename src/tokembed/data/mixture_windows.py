@@ -1,8 +1,8 @@
 """The windows of a `Mixture` or a `PhasedMixture`: slot ``k`` of the global order -> one window of one source.
 
 ``SlidingWindowDataset(mixture, max_length=...)`` builds this: one `SlidingWindowDataset` per source
-(same window options), and the mixture's slot schedule on top (`Mixture.slot_schedule`: the quota
-schedule of `tokembed.data.mixture`, or a phased mixture's `tokembed.data.phases.PhaseSchedule`). Slot
+(same window options), and the mixture's slot schedule on top (`Mixture.slot_schedule`: a
+`tokembed.data.schedule.QuotaSchedule`, or a phased mixture's `PhaseSchedule`). Slot
 ``k`` is draw ``j`` of source ``s``; the draw is position ``j mod n_s`` of the source's epoch
 ``j div n_s``, whose order is a `FeistelPermutation` keyed by (mixture seed, order seed, source, epoch).
 Nothing is stored per window or per slot. `codes` gives any slots' windows by arithmetic: it is also the
@@ -17,10 +17,13 @@ steps; the order seed and ``shuffle`` are the loader's (``dataset[k]`` uses seed
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import numpy as np
 import torch
 
+from tokembed.data.batch import DocumentBatch, document_batches
+from tokembed.data.packed import PackedWindows
 from tokembed.data.schedule import RESUME_KEYS, check_resume, first_slot, sources_fingerprint
 from tokembed.data.shuffle import FeistelFamily, FeistelPermutation
 from tokembed.data.windows import SlidingWindowDataset
@@ -36,6 +39,8 @@ class MixtureWindows(SlidingWindowDataset):
     Args:
         mixture: the `tokembed.Mixture` or `tokembed.PhasedMixture`: sources and weights.
         max_length, stride, within_documents, split, verify: as for `SlidingWindowDataset`, for every source.
+        packing: pack each source's whole documents into windows (a `tokembed.data.packing.PACKERS` name,
+            see `PackedWindows`); the schedule then draws packed windows. None: sliding windows.
 
     Attributes:
         mixture: the `Mixture`.
@@ -56,13 +61,20 @@ class MixtureWindows(SlidingWindowDataset):
         within_documents: bool = False,
         split: str = "train",
         verify: bool = False,
+        packing: str | None = None,
         **unused,
     ) -> None:
         if any(v is not None for v in unused.values()):
             raise TypeError(f"{', '.join(unused)} do not apply to a Mixture of shard folders; leave them out")
-        kw = dict(max_length=max_length, stride=stride, within_documents=within_documents, split=split, verify=verify)
-        self.mixture = mixture
-        self.sources = [SlidingWindowDataset(p, **kw) for p in mixture.paths]
+        kw: dict[str, Any] = dict(
+            max_length=max_length, stride=stride, within_documents=within_documents, split=split, verify=verify
+        )
+        self.mixture, self.packing = mixture, packing
+        if packing is None:
+            self.sources = [SlidingWindowDataset(p, **kw) for p in mixture.paths]
+        else:  # the schedule draws packed windows of each source, exactly as it draws sliding ones
+            kw = dict(max_length=max_length, stride=stride, within_documents=within_documents, split=split)
+            self.sources = [PackedWindows(p, packing=packing, verify=verify, **kw) for p in mixture.paths]
         first = self.sources[0]
         self.max_length, self.stride, self.within_documents = first.max_length, first.stride, first.within_documents
         self.source_kind = "mixture"
@@ -82,13 +94,15 @@ class MixtureWindows(SlidingWindowDataset):
         state = self.__dict__.copy()
         state["_perms"] = {}
         state.pop("_segs", None)  # memory maps: reopened in the receiving process
+        state.pop("_doc_index", None)
         return state
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
 
     def __repr__(self) -> str:
-        return f"MixtureWindows({self.mixture!r}, windows={self.n_windows}, max_length={self.max_length}, stride={self.stride})"
+        packing = f", packing={self.packing!r}" if self.packing else ""
+        return f"MixtureWindows({self.mixture!r}, windows={self.n_windows}, max_length={self.max_length}, stride={self.stride}{packing})"
 
     def _describe(self) -> str:
         return f"the mixture {self.mixture!r}"
@@ -162,17 +176,18 @@ class MixtureWindows(SlidingWindowDataset):
         local = start - int(self._offsets[s])
         return self.sources[s]._shards.read(local, local + self.max_length + 1)
 
-    def _gather(
-        self, codes: np.ndarray, out: tuple[np.ndarray, np.ndarray] | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def _window_starts(self, codes: np.ndarray) -> np.ndarray:
+        """Where coded windows start in the sources' streams end to end: (B,) int64."""
         source, window = self.sources_of(codes)  # (B,), (B,)
         if not self.within_documents:  # every source's window k starts at k * stride of its stream
-            starts = window * self.stride + self._offsets[source]  # (B,) in the sources' streams end to end
-        else:
-            starts = np.empty(len(codes), dtype=np.int64)
-            for s in np.flatnonzero(np.bincount(source, minlength=len(self.sources))).tolist():
-                sel = source == s
-                starts[sel] = self.sources[s]._starts(window[sel]) + self._offsets[s]
+            return window * self.stride + self._offsets[source]
+        starts = np.empty(len(codes), dtype=np.int64)
+        for s in np.flatnonzero(np.bincount(source, minlength=len(self.sources))).tolist():
+            sel = source == s
+            starts[sel] = self.sources[s]._starts(window[sel]) + self._offsets[s]
+        return starts
+
+    def _rows(self, starts: np.ndarray) -> np.ndarray:
         cum, flats = self._segments()
         w = self.max_length + 1
         seg = np.searchsorted(cum, starts, side="right") - 1  # (B,) the segment of each start
@@ -182,12 +197,70 @@ class MixtureWindows(SlidingWindowDataset):
             flats[i][j : j + w] if ok else self._straddler(a)
             for i, j, ok, a in zip(seg.tolist(), local.tolist(), inside.tolist(), starts.tolist())
         ]
-        rows = np.concatenate(pieces).reshape(len(codes), w)  # (B, T+1): one copy, in the batch's order
+        return np.concatenate(pieces).reshape(len(starts), w)  # (B, T+1): one copy, in the batch's order
+
+    # -- packed sources: each source gathers its own windows, the batch is put together in its order ----------
+
+    def _by_source(self, codes: np.ndarray, part) -> None:
+        """Call ``part(rows, source dataset, windows)`` once per source in the batch, with its rows (K,)."""
+        source, window = self.sources_of(codes)
+        for s in np.flatnonzero(np.bincount(source, minlength=len(self.sources))).tolist():
+            rows = np.flatnonzero(source == s)
+            part(rows, self.sources[s], window[rows])
+
+    def _gather(
+        self, codes: np.ndarray, out: tuple[np.ndarray, np.ndarray] | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.packing is None:
+            return super()._gather(codes, out)
         shape = (len(codes), self.max_length)
-        inputs, targets = out if out is not None else (np.empty(shape, np.int64), np.empty(shape, np.int64))
-        np.copyto(inputs, rows[:, :-1])  # (B, T) int64
-        np.copyto(targets, rows[:, 1:])  # (B, T), the inputs shifted by one
-        return torch.from_numpy(inputs), torch.from_numpy(targets)
+        x, y = out if out is not None else (np.empty(shape, np.int64), np.empty(shape, np.int64))
+
+        def part(rows, ds, windows):
+            x[rows], y[rows] = (t.numpy() for t in ds._gather(windows))
+
+        self._by_source(codes, part)
+        return torch.from_numpy(x), torch.from_numpy(y)
+
+    def _document_batches(
+        self,
+        codes: np.ndarray,
+        *,
+        batch_size: int,
+        max_documents: int | None = None,
+        out: tuple[np.ndarray, np.ndarray] | None = None,
+    ) -> list[DocumentBatch]:
+        if self.packing is None:
+            return super()._document_batches(codes, batch_size=batch_size, max_documents=max_documents, out=out)
+        shape = (len(codes), self.max_length)
+        x, y = out if out is not None else (np.empty(shape, np.int64), np.empty(shape, np.int64))
+        segs: list[tuple[np.ndarray, np.ndarray]] = []
+
+        def part(rows, ds, windows):
+            xs, ys, seg_row, seg_start = ds._packed_segments(windows)
+            x[rows], y[rows] = xs.numpy(), ys.numpy()
+            segs.append((rows[seg_row], seg_start))
+
+        self._by_source(codes, part)
+        seg_row, seg_start = (np.concatenate(a) for a in zip(*segs))
+        order = np.argsort(seg_row * self.max_length + seg_start, kind="stable")
+        x_t, y_t = torch.from_numpy(x), torch.from_numpy(y)
+        return document_batches(
+            x_t, y_t, seg_row[order], seg_start[order], batch_size=batch_size, max_documents=max_documents
+        )
+
+    def _gather_rows(self, codes: np.ndarray) -> torch.Tensor:
+        if self.packing is not None:
+            return self.sources[0]._gather_rows(codes)  # refuses, saying why
+        return super()._gather_rows(codes)
+
+    def document_starts(self) -> np.ndarray:
+        """Every source's document starts, in the sources' streams end to end: sorted int64 (D,)."""
+        pid, starts = self.__dict__.get("_doc_index", (None, None))
+        if pid != os.getpid():
+            starts = np.concatenate([s.document_starts() + o for s, o in zip(self.sources, self._offsets.tolist())])
+            self._doc_index = (os.getpid(), starts)
+        return starts
 
     def fingerprint(self) -> str:
         """A hash of the sources' data fingerprints (not of their paths, nor of the weights or seed)."""

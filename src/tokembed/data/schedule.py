@@ -260,7 +260,7 @@ class PhaseSchedule:
 
     def slot_of_draw(self, source: int, draw: int) -> int | None:
         """The slot that holds draw ``draw`` of ``source``, or None when no phase reaches it."""
-        for k, ph in enumerate(self.phases):
+        for k in range(len(self.phases)):
             end = self.base[k + 1, source] if k + 1 < len(self.phases) else math.inf
             local = self.quotas[k].slot_of_draw(source, int(draw - self.base[k, source]))  # None: weight 0 here
             if local is not None and self.base[k, source] <= draw < end:

@@ -19,6 +19,7 @@ def shard_stats(
     stride: int | None = None,
     batch_size: int = 8,
     drop_last: bool = True,
+    packing: str | None = None,
 ) -> dict[str, Any]:
     """Counts of a shard folder, per split and per input file, and the window plan of each split.
 
@@ -26,6 +27,9 @@ def shard_stats(
         root: the shard folder.
         max_length, stride, batch_size, drop_last: the loader settings to plan for (``stride`` defaults to
             ``max_length``); ``max_length=None`` leaves the plan out.
+        packing: also pack each split's documents into windows of ``max_length`` with this packer
+            (``"best-fit"``, see `tokembed.data.packing`) and report ``"packing"``: windows, pieces, cut
+            documents, padding tokens and the padding share.
 
     Returns:
         ``{"splits": {split: {"documents", "tokens", "shards", "plan"}}, "inputs": [{"path", "documents",
@@ -50,6 +54,8 @@ def shard_stats(
                 batch_size=batch_size,
                 drop_last=drop_last,
             ).to_dict()
+        if packing is not None:
+            entry["packing"] = _packing_stats(root, name, max_length=max_length, packing=packing)
         out["splits"][name] = entry
     for f in manifest.get("inputs", []):
         row = dict(f)
@@ -57,6 +63,18 @@ def shard_stats(
         row["tokens_per_byte"] = f["tokens"] / f["text_bytes"] if f.get("text_bytes") else None
         out["inputs"].append(row)
     return out
+
+
+def _packing_stats(root, split: str, *, max_length: int | None, packing: str) -> dict[str, Any]:
+    """What packing split ``split`` into windows of ``max_length`` gives (`PackingPlan.stats`)."""
+    from tokembed.data.packing import check_packer, plan_packing
+    from tokembed.shards.reader import open_shards
+
+    check_packer(packing)
+    if max_length is None:
+        raise ValueError(f"packing={packing!r} packs into windows of max_length tokens; give max_length")
+    ss = open_shards(root, split=split)
+    return plan_packing(ss.doc_starts(), ss.n_tokens, max_length=max_length, packer=packing).stats()
 
 
 def mixture_stats(

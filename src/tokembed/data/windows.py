@@ -20,6 +20,7 @@ import torch
 from torch.utils.data import Dataset
 
 from tokembed._checks import check_bool, check_positive_int
+from tokembed.data.batch import DocumentBatch, document_batches, window_segments
 from tokembed.data.plan import window_count
 from tokembed.shards import format as shard_format
 from tokembed.shards import reader as shard_reader
@@ -27,7 +28,7 @@ from tokembed.shards.megatron import is_megatron_prefix
 from tokembed.tokenizer import ENDOFTEXT, get_tokenizer
 from tokembed.tokenizer.gpt2 import GPT2_EOT
 
-__all__ = ["SlidingWindowDataset", "check_window_args", "encode_text"]
+__all__ = ["SlidingWindowDataset", "check_window_args", "collate_windows", "encode_text"]
 
 
 def encode_text(txt: str, tokenizer=None) -> np.ndarray:
@@ -89,7 +90,23 @@ class _WindowBatch(list):
         return zip(self.inputs, self.targets)
 
 
-def _collate_windows(batch):
+def _split_rows(rows: np.ndarray, out: tuple[np.ndarray, np.ndarray] | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, T+1) rows in the source's dtype -> ``(inputs, targets)``, int64 (B, T) each, into ``out`` when given."""
+    shape = (rows.shape[0], rows.shape[1] - 1)
+    inputs, targets = out if out is not None else (np.empty(shape, np.int64), np.empty(shape, np.int64))
+    np.copyto(inputs, rows[:, :-1])  # (B,T) int64, contiguous
+    np.copyto(targets, rows[:, 1:])  # (B,T), the inputs shifted by one
+    return torch.from_numpy(inputs), torch.from_numpy(targets)
+
+
+def collate_windows(batch):
+    """The collate function for `SlidingWindowDataset` in any ``DataLoader``: ``[inputs, targets]``, (B, T) each.
+
+    A DataLoader with automatic batching hands the dataset a whole batch of indices (``__getitems__``), which
+    gathers them in one vectorized step; this returns its two tensors as they are instead of re-stacking B
+    pairs (torch's default collate). Any other batch (a list of pairs) goes to the default collate.
+    ``DataLoader(dataset, batch_size=8, shuffle=True, collate_fn=collate_windows)``.
+    """
     if isinstance(batch, _WindowBatch):
         return [batch.inputs, batch.targets]
     return torch.utils.data.default_collate(batch)
@@ -340,6 +357,7 @@ class SlidingWindowDataset(Dataset):
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         state.pop("_row_views", None)  # strided views of memory maps are rebuilt in each process
+        state.pop("_doc_index", None)  # read again in each process
         state["_doc_starts_fn"] = None
         a = self._array
         if isinstance(a, np.memmap) and a.filename is not None and type(a.base).__name__ == "mmap":
@@ -472,18 +490,55 @@ class SlidingWindowDataset(Dataset):
         """
         return self._gather(self._check_indices(np.asarray(indices, dtype=np.int64)))
 
+    # The loader's gathers. Trusted indices (the loader's); a variant (a mixture) overrides the two hooks
+    # `_window_starts` (where its windows start, in one coordinate) and `_rows` (their tokens).
+
+    def _window_starts(self, k: np.ndarray) -> np.ndarray:
+        return self._starts(k)
+
+    def _rows(self, starts: np.ndarray) -> np.ndarray:
+        return self.gather_rows(starts)
+
     def _gather(
         self, k: np.ndarray, out: tuple[np.ndarray, np.ndarray] | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        # Trusted indices (the loader's): one fancy row index, then two casts to int64, into ``out``
-        # when given (the loader recycles buffers nobody holds any more).
-        rows = self.gather_rows(self._starts(k))  # (B, T+1)
-        if out is None:
-            out = (np.empty(rows[:, :-1].shape, np.int64), np.empty(rows[:, :-1].shape, np.int64))
-        inputs, targets = out
-        np.copyto(inputs, rows[:, :-1])  # (B,T) int64, contiguous
-        np.copyto(targets, rows[:, 1:])  # (B,T), the inputs shifted by one
-        return torch.from_numpy(inputs), torch.from_numpy(targets)
+        # One fancy row index, then two casts to int64, into ``out`` when given (the loader recycles
+        # buffers nobody holds any more).
+        return _split_rows(self._rows(self._window_starts(k)), out)
+
+    def _gather_rows(self, k: np.ndarray) -> torch.Tensor:
+        """Windows ``k`` as one int64 tensor (B, T+1): the inputs are ``[:, :-1]``, the targets ``[:, 1:]``."""
+        return torch.from_numpy(self._rows(self._window_starts(k)).astype(np.int64))
+
+    def _gather_documents(self, k: np.ndarray, *, max_documents: int | None = None) -> DocumentBatch:
+        """Windows ``k`` (B,) with where their documents begin and end (`tokembed.data.batch`)."""
+        return self._document_batches(k, batch_size=len(k), max_documents=max_documents)[0]
+
+    def _document_batches(
+        self,
+        k: np.ndarray,
+        *,
+        batch_size: int,
+        max_documents: int | None = None,
+        out: tuple[np.ndarray, np.ndarray] | None = None,
+    ) -> list[DocumentBatch]:
+        """Windows ``k`` (K*B,) as K `DocumentBatch` es of ``batch_size``, laid out together."""
+        starts = self._window_starts(k)  # (K*B,)
+        inputs, targets = _split_rows(self._rows(starts), out)
+        seg_row, seg_start = window_segments(starts, self.document_starts(), self.max_length)
+        return document_batches(inputs, targets, seg_row, seg_start, batch_size=batch_size, max_documents=max_documents)
+
+    def document_starts(self) -> np.ndarray:
+        """Where every document starts, in the coordinate of `starts`: sorted int64 (D,), cached per process.
+
+        From the shards' document index (a Megatron dataset's index); in arrays and texts a document
+        starts after each ``eot_token``.
+        """
+        pid, starts = self.__dict__.get("_doc_index", (None, None))
+        if pid != os.getpid():
+            starts = np.asarray(self._doc_starts_fn(), dtype=np.int64)
+            self._doc_index = (os.getpid(), starts)
+        return starts
 
     def __getitem__(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         if isinstance(k, bool) or not isinstance(k, numbers.Integral):

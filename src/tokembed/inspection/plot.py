@@ -2,8 +2,9 @@
 
 matplotlib is imported inside each function, never by ``import tokembed``. Figures are built
 with ``matplotlib.figure.Figure`` directly (no pyplot): no GUI backend, no global state, safe to
-call from any thread. Each function returns the figure; ``tokembed._plot.save_figure`` writes it,
-``figure_png`` gives the PNG bytes (the HTML report embeds them).
+call from any thread. Each function returns the figure; `save_figure` writes it (atomically), and
+``tokembed._plot.figure_png`` gives the PNG bytes (the HTML report embeds them). `plot_loss` (a run's loss curve)
+and `save_figure` live in ``tokembed._plot``, which a checkpoint also draws with; this module is their public place.
 """
 
 from __future__ import annotations
@@ -13,17 +14,19 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from tokembed._plot import new_figure
+from tokembed._plot import new_figure, plot_loss, save_figure
 from tokembed.inspection.project import project_2d
 from tokembed.inspection.table import EmbeddingTable
 
 __all__ = [
     "plot_isotropy",
+    "plot_loss",
     "plot_norm_vs_frequency",
     "plot_position_distance",
     "plot_position_picture",
     "plot_position_similarity",
     "plot_projection",
+    "save_figure",
 ]
 
 

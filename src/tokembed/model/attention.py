@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from tokembed.embeddings.interface import AttentionPositional
+from tokembed.model.masks import DocumentMask
 
 
 class KVCache:
@@ -62,7 +63,8 @@ class CausalSelfAttention(nn.Module):
 
     Shapes:
         x (B, T, D), position_ids (T,) or (B, T) -> (B, T, D); document_ids (B, T), optional: a query
-        then sees only the earlier keys of its own document (packed documents stay apart).
+        then sees only the earlier keys of its own document (packed documents stay apart); or
+        ``documents``, the same as a `DocumentMask` shared by every layer (FlexAttention where it runs).
     """
 
     def __init__(
@@ -101,14 +103,13 @@ class CausalSelfAttention(nn.Module):
         cache: KVCache | None = None,
         layer: int = 0,
         document_ids: torch.Tensor | None = None,
+        documents: DocumentMask | None = None,
     ) -> torch.Tensor:
         B, T, D = x.shape
-        visible = None  # (B,1,T,T) bool when documents are kept apart, else the plain causal mask
-        if document_ids is not None:
-            if cache is not None:
-                raise ValueError("document_ids cannot be combined with a KVCache; run the whole sequence at once")
-            same = document_ids[:, :, None] == document_ids[:, None, :]  # (B,T,T)
-            visible = (same & causal_mask(T, T, x.device))[:, None]  # (B,1,T,T)
+        if documents is None and document_ids is not None:
+            documents = DocumentMask(document_ids)
+        if documents is not None and cache is not None:
+            raise ValueError("document_ids cannot be combined with a KVCache; run the whole sequence at once")
         q, k, v = (
             self.qkv(x).view(B, T, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
         )  # (B,H,T,d) each
@@ -121,7 +122,12 @@ class CausalSelfAttention(nn.Module):
         t_k = k.shape[2]
         bias = pos.score_bias(q, position_ids, k_pos) if pos is not None else None  # (B|1,H|1,T,Tk) or None
         p = self.dropout if self.training else 0.0
-        if pos is not None and pos.needs_weights:
+        needs_weights = pos is not None and pos.needs_weights
+        if documents is not None and documents.use_flex(dropout=p, needs_weights=needs_weights):
+            y = documents.attend(q, k, v, bias)  # FlexAttention: only the blocks a document sees
+            return self.resid_dropout(self.proj(y.transpose(1, 2).reshape(B, T, D)))
+        visible = None if documents is None else documents.dense  # (B,1,T,T) bool; None: the plain causal mask
+        if needs_weights:
             scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)  # (B,H,T,Tk)
             if bias is not None:
                 scores = scores + bias

@@ -19,11 +19,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from tokembed._checks import check_index_tensor, check_int, long_ids
+from tokembed.data.batch import IGNORE_INDEX
 from tokembed.embeddings.input import InputEmbedding
 from tokembed.embeddings.interface import AttentionPositional
 from tokembed.model.attention import CausalSelfAttention, KVCache
 from tokembed.model.config import GPTConfig
 from tokembed.model.loss import linear_cross_entropy
+from tokembed.model.masks import DocumentMask
 
 __all__ = ["GPT", "KVCache", "document_ids", "document_positions"]
 
@@ -67,9 +69,9 @@ class Block(nn.Module):
         *,
         cache: KVCache | None,
         layer: int,
-        document_ids: torch.Tensor | None = None,
+        documents: DocumentMask | None = None,
     ) -> torch.Tensor:
-        x = x + self.attn(self.ln1(x), position_ids, cache=cache, layer=layer, document_ids=document_ids)
+        x = x + self.attn(self.ln1(x), position_ids, cache=cache, layer=layer, documents=documents)
         return x + self.mlp(self.ln2(x))
 
 
@@ -166,31 +168,47 @@ class GPT(nn.Module):
         position_ids: torch.Tensor | None = None,
         offset: int = 0,
         cache: KVCache | None = None,
+        document_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """The final (normalised) hidden states: ids (B, T) -> (B, T, D). Arguments as ``forward``."""
         if isinstance(ids, torch.Tensor):
             ids = long_ids(ids)  # uint16 (the shards' dtype) and other integer dtypes: int64 for every op below
         if cache is not None and position_ids is None and offset == 0:
             offset = cache.length
-        doc = None
-        if self.config.document_mask:
+        documents = None
+        if self.config.document_mask or document_ids is not None:
             if cache is not None or offset:
+                who = "a model with document_mask=True" if self.config.document_mask else "document_ids"
                 raise ValueError(
-                    f"a model with document_mask=True reads whole windows: no KVCache or offset (got {'a cache' if cache is not None else f'offset={offset}'}); "
+                    f"{who} reads whole windows: no KVCache or offset (got {'a cache' if cache is not None else f'offset={offset}'}); "
                     "pass the whole sequence (generate() does this itself)"
                 )
-            if isinstance(ids, torch.Tensor) and ids.dim() == 2:  # anything else: the embedding names the problem
-                doc = document_ids(ids, self.config.eot_token)  # (B,T)
+            doc = self._documents(ids, document_ids)  # (B,T) or None
+            if doc is not None:
+                documents = DocumentMask(doc)  # one mask (dense, or FlexAttention's block mask) for every layer
                 if position_ids is None:
                     position_ids = document_positions(doc)  # (B,T): positions restart with each document
         x, position_ids = self.embed(
             ids, position_ids=position_ids, offset=offset, return_positions=True
         )  # (B,T,D), (T,)|(B,T)
         for i, block in enumerate(self.blocks):
-            x = block(x, position_ids, cache=cache, layer=i, document_ids=doc)
+            x = block(x, position_ids, cache=cache, layer=i, documents=documents)
         if cache is not None:
             cache.length += ids.shape[1]
         return self.norm(x)  # (B,T,D)
+
+    def _documents(self, ids: torch.Tensor, given: torch.Tensor | None) -> torch.Tensor | None:
+        """Which document each token is in: ``given`` (the loader's metadata), else from the separators."""
+        if given is None:
+            if isinstance(ids, torch.Tensor) and ids.dim() == 2:  # anything else: the embedding names the problem
+                return document_ids(ids, self.config.eot_token)  # (B,T)
+            return None
+        if not isinstance(given, torch.Tensor) or given.shape != getattr(ids, "shape", None):
+            raise ValueError(
+                f"document_ids must have the shape of ids {tuple(getattr(ids, 'shape', ()))}, got "
+                f"{tuple(given.shape) if isinstance(given, torch.Tensor) else type(given).__name__}; pass batch.document_ids()"
+            )
+        return given.to(ids.device)
 
     def forward(
         self,
@@ -199,6 +217,7 @@ class GPT(nn.Module):
         position_ids: torch.Tensor | None = None,
         offset: int = 0,
         cache: KVCache | None = None,
+        document_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Next-token logits.
 
@@ -209,11 +228,15 @@ class GPT(nn.Module):
             offset: the first position when ``position_ids`` is not given (default: the number of
                 tokens already in ``cache``, else 0).
             cache: a ``KVCache`` to read earlier keys/values from and append this call's to.
+            document_ids: (B, T) document of each token (a loader's ``DocumentBatch.document_ids()``): attention
+                stays within documents (FlexAttention where it runs, see `tokembed.model.masks`) and, without
+                ``position_ids``, positions restart at each. Default with ``document_mask``: from the separators.
 
         Returns:
             (B, T, vocab_size) float logits.
         """
-        return self.head(self.hidden(ids, position_ids=position_ids, offset=offset, cache=cache))  # (B,T,D) -> (B,T,V)
+        h = self.hidden(ids, position_ids=position_ids, offset=offset, cache=cache, document_ids=document_ids)
+        return self.head(h)  # (B,T,D) -> (B,T,V)
 
     def loss(self, ids: torch.Tensor, targets: torch.Tensor, *, reduction: str = "mean", **kwargs) -> torch.Tensor:
         """Cross-entropy of the next-token predictions: ids, targets (B, T) -> scalar.
@@ -221,9 +244,18 @@ class GPT(nn.Module):
         Equal to ``F.cross_entropy(model(ids).flatten(0, 1), targets.flatten())`` but computed in
         chunks without storing the (B*T, V) logits (see ``tokembed.loss``): about 2x faster for the
         output layer on a CPU. ``reduction="sum"`` gives the summed loss (no gradient; evaluation).
+        Targets of -100 (``IGNORE_INDEX``: a packed document's last token, padding) are left out, as
+        ``F.cross_entropy`` leaves them out. ``kwargs`` go to `hidden` (``position_ids``, ``document_ids``).
         """
         if targets.shape != ids.shape:
             raise ValueError(f"targets must have the shape of ids {tuple(ids.shape)}, got {tuple(targets.shape)}")
+        keep = targets.flatten() != IGNORE_INDEX if isinstance(targets, torch.Tensor) else None  # (B*T,)
+        if keep is not None and not keep.all():
+            rows = check_index_tensor(
+                "target id", targets.flatten()[keep], self.config.vocab_size, what="the vocabulary"
+            )
+            h = self.hidden(ids, **kwargs).flatten(0, 1)[keep]  # (N, D): only the tokens that predict something
+            return linear_cross_entropy(h, self.head.weight, rows, reduction=reduction)
         targets = check_index_tensor("target id", targets, self.config.vocab_size, what="the vocabulary")
         h = self.hidden(ids, **kwargs)  # (B,T,D)
         return linear_cross_entropy(h.flatten(0, 1), self.head.weight, targets.flatten(), reduction=reduction)

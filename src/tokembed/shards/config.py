@@ -1,4 +1,8 @@
-"""TODO docstring."""
+"""`PrepareConfig`: every option that decides the bytes of a shard folder, validated once and recorded in its manifest.
+
+Options that change only how fast the same bytes are written (workers, engine, ranks) are arguments of
+`tokembed.shards.prepare.prepare_corpus`, not fields here: a rerun with other values resumes the same folder.
+"""
 
 from __future__ import annotations
 

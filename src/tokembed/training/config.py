@@ -1,4 +1,8 @@
-"""TODO docstring."""
+"""`TrainConfig`: how to train (data, windows, optimizer, schedule, intervals), validated and saved in every checkpoint.
+
+`lr_at` is its learning-rate schedule (linear warmup, then cosine decay); `RESUMABLE_CHANGES` lists the fields a
+resumed run may change without changing what has been computed so far.
+"""
 
 from __future__ import annotations
 

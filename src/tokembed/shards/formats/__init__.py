@@ -15,9 +15,10 @@ Built in: ``text`` (`text.TextFormat`: text, markdown, reStructuredText), ``json
 `bytes.LinesFormat` (a record per line), `bytes.WholeFileFormat` (a file parsed whole, e.g. CSV).
 
 Adding a format: a class with ``name``, ``suffixes`` and the methods of its base, registered with
-`register_format` (also a class decorator); built in, it is one new module here plus its line in the tuple below. A package outside tokembed
-declares it under the entry point group ``tokembed.input_formats`` instead, and ``tokembed prepare --format NAME``
-finds it. ``--format``, ``--help``, the error messages and the manifest schema take the names from this registry.
+`register_format` (also a class decorator); built in, it is one new module here plus its line in the tuple below.
+Outside tokembed, the module that registers it is a plugin (``TOKEMBED_PLUGINS=module``, or an entry point of the
+group ``tokembed.plugins``: `tokembed._plugins`), and ``tokembed prepare --format NAME`` finds it. ``--format``,
+its help, the error messages and the docs' table take the names from this registry.
 """
 
 from tokembed.shards.formats.base import (
@@ -39,6 +40,7 @@ from tokembed.shards.formats.opened import OpenedInput, is_url, open_input, regi
 from tokembed.shards.formats.parquet import ParquetFormat
 from tokembed.shards.formats.registry import (
     ENTRY_POINT_GROUP,
+    PLUGINS_ENV,
     check_inputs,
     codec_for,
     format_for,
@@ -65,6 +67,7 @@ __all__ = [
     "CONT",
     "ENTRY_POINT_GROUP",
     "MORE",
+    "PLUGINS_ENV",
     "ByteFormat",
     "Codec",
     "GzipCodec",

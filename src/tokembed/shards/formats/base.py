@@ -161,8 +161,8 @@ class RecordOptions(Protocol):
 
 class InputFormat:
     """An input format for `tokembed prepare` (see the module docstring). Subclass one of the bases in
-    `tokembed.shards.formats` (``TextFormat``, ``LinesFormat``, ``WholeFileFormat``) or this, and register an
-    instance with `tokembed.shards.formats.register_format`.
+    `tokembed.shards.formats` (``TextFormat``, ``LinesFormat``, ``WholeFileFormat``) or this, and register it
+    with `tokembed.shards.formats.register_format` (a class decorator too).
 
     Attributes:
         name: ``--format NAME``; recorded per input in the manifest (never rename a registered one).
@@ -200,7 +200,8 @@ class InputFormat:
 
     def split(self, span: Span, part_bytes: int, name: str, cut_at: Callable[[bytes, int], int]) -> list[Span]:
         """Cut ``span`` into consecutive spans of about ``part_bytes`` (the parts workers share); tokenized one by one
-        and put together they must give the span's tokens. By default a span stays whole."""
+        and put together they must give the span's tokens. By default a span stays whole. Pieces of one document
+        carry `CONT` / `MORE` (then the span's bytes must be the document's: its split is decided from its head)."""
         return [span]
 
     # ------------------------------------------------------------------------------------------- worker

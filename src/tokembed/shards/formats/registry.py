@@ -1,10 +1,11 @@
-"""The table of input formats and codecs: name -> object, suffix -> object; plugins from entry points.
+"""The table of input formats and codecs: name -> object, suffix -> object.
 
-Built-in formats and codecs register themselves when `tokembed.shards.formats` is imported. Another package
-adds its own under the entry point group ``tokembed.input_formats`` (a format or codec class, or a module that
-registers them on import); they are loaded the first time a name or suffix is looked up that the table lacks,
-or when the whole list is asked for (``--format`` errors, ``prepare`` finding inputs). A script registers one
-with `register_format` (as a class decorator or with an instance).
+Built-in formats and codecs are registered when `tokembed.shards.formats` is imported. A script registers its
+own with `register_format` / `register_codec` (also class decorators). For a process you do not write, such as
+the ``tokembed`` command, a module that registers formats when imported is a tokembed plugin
+(`tokembed._plugins`: ``TOKEMBED_PLUGINS=module`` or an entry point of the group ``tokembed.plugins``, the same
+mechanism as positional schemes); plugins are loaded the first time a name or suffix is looked up that the
+table lacks, or the whole list is asked for (``--format`` and its help, ``prepare`` finding inputs).
 """
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ import re
 from collections.abc import Sequence
 from typing import TypeVar
 
+from tokembed._plugins import ENTRY_POINT_GROUP, PLUGINS_ENV, load_plugins
 from tokembed.shards.formats.base import STDIN, Codec, InputFile, InputFormat
 
 __all__ = [
     "ENTRY_POINT_GROUP",
+    "PLUGINS_ENV",
     "check_inputs",
     "codec_for",
     "codecs",
@@ -26,17 +29,14 @@ __all__ = [
     "formats",
     "formats_table",
     "get_format",
-    "load_plugins",
     "register_codec",
     "register_format",
     "unregister_format",
 ]
 
-ENTRY_POINT_GROUP = "tokembed.input_formats"
 _NAME = re.compile(r"[a-z][a-z0-9_-]*")
 _FORMATS: dict[str, InputFormat] = {}
 _CODECS: dict[str, Codec] = {}
-_plugins_loaded = False
 
 F = TypeVar("F", bound="type[InputFormat] | InputFormat")
 C = TypeVar("C", bound="type[Codec] | Codec")
@@ -104,32 +104,6 @@ def register_codec(codec: C) -> C:
     return codec
 
 
-def load_plugins() -> None:
-    """Load the formats and codecs of the entry point group ``tokembed.input_formats`` (once per process).
-
-    Raises:
-        ImportError: a plugin that fails to load, naming it and the package that declares it.
-    """
-    global _plugins_loaded
-    if _plugins_loaded:
-        return
-    _plugins_loaded = True
-    from importlib.metadata import entry_points
-
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        where = f"input format plugin {ep.name!r} ({ep.value}" + (f", from {ep.dist.name})" if ep.dist else ")")
-        try:
-            obj = ep.load()
-        except Exception as e:
-            raise ImportError(f"{where} cannot be loaded: {type(e).__name__}: {e}; fix or uninstall it") from e
-        if isinstance(obj, type) and issubclass(obj, Codec) or isinstance(obj, Codec):
-            register_codec(obj)
-        elif isinstance(obj, type) and issubclass(obj, InputFormat) or isinstance(obj, InputFormat):
-            register_format(obj)
-        elif not hasattr(obj, "__file__"):  # a module registers its formats when imported
-            raise TypeError(f"{where} is {obj!r}, not an InputFormat or Codec class or a module")
-
-
 def formats(*, plugins: bool = True) -> list[InputFormat]:
     """The registered formats in registration order (built-ins first); with ``plugins`` after loading them."""
     if plugins:
@@ -154,8 +128,8 @@ def get_format(name: str) -> InputFormat:
         fmt = _FORMATS.get(name)
     if fmt is None:
         raise ValueError(
-            f"unknown input format {name!r}; the formats are {', '.join(format_names())} (a package adds one "
-            f"under the entry point group {ENTRY_POINT_GROUP})"
+            f"unknown input format {name!r}; the formats are {', '.join(format_names())} (a plugin adds one: "
+            f"{PLUGINS_ENV}=module, or an entry point of the group {ENTRY_POINT_GROUP})"
         )
     return fmt
 
@@ -173,8 +147,8 @@ def codec_for(path: str) -> Codec | None:
     if not last:
         return None
     codec = next((c for c in _CODECS.values() if c.suffix == last), None)
-    if codec is None and not _plugins_loaded:
-        load_plugins()
+    if codec is None:
+        load_plugins()  # (once per process)
         codec = next((c for c in _CODECS.values() if c.suffix == last), None)
     return codec
 

@@ -1,0 +1,120 @@
+"""tokembed's epoch order as a batch sampler, for a DataLoader you build yourself (torchdata's included).
+
+``WindowBatchSampler`` yields the window indices of each batch in exactly the order `create_dataloader`
+reads them (the same shuffle, ranks, tail and epochs), and its iterator is resumable: torchdata's
+``StatefulDataLoader`` saves and restores it, with workers. With `collate_windows`, each batch is one
+vectorized gather (``SlidingWindowDataset.__getitems__``)::
+
+    from torchdata.stateful_dataloader import StatefulDataLoader
+    ds = tokembed.SlidingWindowDataset("shards/", max_length=1024)
+    dl = StatefulDataLoader(ds, batch_sampler=WindowBatchSampler(ds, batch_size=8, seed=0),
+                            collate_fn=tokembed.collate_windows, num_workers=2)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import torch
+
+from tokembed.data.loader import LoaderConfig, WindowLoader
+from tokembed.data.mixture_windows import MixtureWindows
+from tokembed.data.windows import SlidingWindowDataset
+
+__all__ = ["WindowBatchSampler"]
+
+
+class _BatchIterator:
+    """One epoch's batches of window indices, resumable (torchdata saves ``state_dict`` of a sampler's iterator)."""
+
+    def __init__(self, loader: WindowLoader, start: int) -> None:
+        self.loader, self.number, self.t = loader, loader.epoch, start
+        self.arith, self.my_id = loader._epoch_arith(), loader._iter_id
+
+    def __iter__(self) -> _BatchIterator:
+        return self
+
+    def __next__(self) -> list[int]:
+        loader, plan = self.loader, self.arith.plan
+        current = self.my_id == loader._iter_id
+        if self.t >= plan.batches:
+            if current:  # the epoch ran to its end: the sampler moves to the next one
+                loader._epoch, loader._done, loader._iter_id = self.number + 1, 0, loader._iter_id + 1
+            raise StopIteration
+        ks = self.arith.windows(np.array([self.t])) if self.t < plan.full_steps else self.arith.tail()[None]  # (1, B)
+        self.t += 1
+        if current:
+            loader._done = self.t
+        return ks[0].tolist()
+
+    def state_dict(self) -> dict[str, Any]:
+        """The loader-format state of this iterator's position (epoch, batches given)."""
+        return {**self.loader.state_dict(), "epoch": self.number, "batches_done": self.t}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.loader.load_state_dict(state)  # checks the data and options, sets the epoch
+        self.loader._resume_at = 0
+        self.__init__(self.loader, state["batches_done"])  # type: ignore[misc]
+
+
+class WindowBatchSampler(torch.utils.data.Sampler):
+    """Batches of window indices in `create_dataloader`'s order: pass it as a DataLoader's ``batch_sampler``.
+
+    Args:
+        dataset: the `SlidingWindowDataset` (or `PackedWindows`) the DataLoader reads.
+        batch_size, shuffle, seed, drop_last: as for `create_dataloader`.
+        rank, world_size: this process's share (default torch.distributed's when initialised, else 0 of 1).
+
+    ``len()`` is the batches per epoch on this rank; an epoch iterated to its end moves the sampler to the
+    next one (``set_epoch`` selects one). ``state_dict()``/``load_state_dict()`` are `WindowLoader`'s:
+    the same format, the same checks, and elastic across world sizes with the same global batch.
+
+    Raises:
+        TypeError: a `Mixture`'s windows (read them with `create_dataloader`, which keeps the mixture's order).
+    """
+
+    def __init__(
+        self,
+        dataset: SlidingWindowDataset,
+        *,
+        batch_size: int,
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_last: bool = True,
+        rank: int | None = None,
+        world_size: int | None = None,
+    ) -> None:
+        if isinstance(dataset, MixtureWindows):
+            raise TypeError(
+                "a Mixture's windows are indexed by slots of its global order: read them with "
+                "create_dataloader(mixture, ...) (or its .as_dataloader()), not with a batch sampler"
+            )
+        if not isinstance(dataset, SlidingWindowDataset):
+            raise TypeError(f"dataset must be a tokembed SlidingWindowDataset, got {type(dataset).__name__}")
+        config = LoaderConfig(batch_size=batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last)
+        self.loader = WindowLoader(dataset, config, rank=rank, world_size=world_size)
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    @property
+    def epoch(self) -> int:
+        return self.loader.epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        self.loader.set_epoch(epoch)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        loader = self.loader
+        start, loader._resume_at = loader._resume_at, 0
+        loader._iter_id += 1
+        loader._done = start
+        return _BatchIterator(loader, start)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.loader.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.loader.load_state_dict(state)

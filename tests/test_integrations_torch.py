@@ -1,0 +1,197 @@
+"""PyTorch-native trainers, torchdata's StatefulDataLoader and torchtitan's BaseDataLoader, run for real.
+
+References: tokembed's own loader (its order and its batches), torch's default collate, and the
+uninterrupted run for every resumed one; torchtitan's own ParallelAwareDataloader for what it refuses.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+import tokembed
+from handmade_shards import write_cut_stream
+
+
+@pytest.fixture
+def folder(tmp_path):
+    rng = np.random.default_rng(9)
+    docs = [rng.integers(0, 50000, n).tolist() for n in rng.integers(3, 80, 120)]
+    write_cut_stream(tmp_path / "shards", docs, cuts=[1500, 3000])
+    return tmp_path / "shards"
+
+
+def same(a, b) -> bool:
+    return len(a) == len(b) and all(torch.equal(x, y) for x, y in zip(a, b))
+
+
+# ------------------------------------------------------------------------------------- PyTorch-native
+
+
+def test_as_dataloader_is_a_dataloader_that_keeps_the_state(folder):
+    loader = tokembed.create_dataloader(folder, batch_size=4, max_length=32, seed=2)
+    dl = loader.as_dataloader()
+    assert isinstance(dl, DataLoader) and len(dl) == len(loader)
+    ref = [x for x, _ in tokembed.create_dataloader(folder, batch_size=4, max_length=32, seed=2)]
+    it = iter(dl)
+    head = [next(it)[0] for _ in range(5)]
+    state = dl.state_dict()
+    again = tokembed.create_dataloader(folder, batch_size=4, max_length=32, seed=2).as_dataloader()
+    again.load_state_dict(json.loads(json.dumps(state)))
+    assert same(head + [x for x, _ in again], ref)
+    dl.set_epoch(3)
+    assert loader.epoch == 3
+
+
+def test_rows_through_as_dataloader_are_what_litgpt_slices(folder):
+    dl = tokembed.create_dataloader(folder, batch_size=4, max_length=32, seed=2, output="rows").as_dataloader()
+    pairs = list(tokembed.create_dataloader(folder, batch_size=4, max_length=32, seed=2))
+    for rows, (x, y) in zip(dl, pairs, strict=True):
+        assert torch.equal(rows[:, 0:32], x) and torch.equal(rows[:, 1:33], y)  # litgpt's pretrain slicing
+
+
+def test_collate_windows_in_a_users_own_dataloader(folder):
+    ds = tokembed.SlidingWindowDataset(folder, max_length=16)
+    fast = DataLoader(ds, batch_size=8, shuffle=False, collate_fn=tokembed.collate_windows)
+    slow = DataLoader(ds, batch_size=8, shuffle=False)  # torch's default collate over (input, target) pairs
+    for (x, y), (x0, y0) in zip(fast, slow, strict=True):
+        assert torch.equal(x, x0) and torch.equal(y, y0)
+
+
+# ------------------------------------------------------------------------------------- torchdata
+
+
+torchdata = pytest.importorskip("torchdata.stateful_dataloader")
+
+
+def stateful(ds, *, workers, sampler=None, **kw):
+    if sampler is not None:
+        return torchdata.StatefulDataLoader(
+            ds, batch_sampler=sampler, collate_fn=tokembed.collate_windows, num_workers=workers
+        )
+    return torchdata.StatefulDataLoader(ds, collate_fn=tokembed.collate_windows, num_workers=workers, **kw)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_stateful_dataloader_with_tokembeds_sampler_reads_its_order_and_resumes(folder, workers):
+    ds = tokembed.SlidingWindowDataset(folder, max_length=32)
+    ref = [x for x, _ in tokembed.create_dataloader(ds, batch_size=4, seed=3)]
+
+    def make():
+        return stateful(ds, workers=workers, sampler=tokembed.WindowBatchSampler(ds, batch_size=4, seed=3))
+
+    assert same([x for x, _ in make()], ref)
+    dl = make()
+    it = iter(dl)
+    head = [next(it)[0] for _ in range(6)]
+    state = dl.state_dict()
+    again = make()
+    again.load_state_dict(state)
+    assert same(head + [x for x, _ in again], ref)
+
+
+@pytest.mark.slow
+def test_stateful_dataloader_with_its_own_shuffle_resumes_with_workers(folder):
+    ds = tokembed.SlidingWindowDataset(folder, max_length=32)
+
+    def make():
+        torch.manual_seed(0)
+        return stateful(ds, workers=2, batch_size=4, shuffle=True)
+
+    full = [x for x, _ in make()]
+    dl = make()
+    it = iter(dl)
+    head = [next(it)[0] for _ in range(5)]
+    state = dl.state_dict()
+    again = make()
+    again.load_state_dict(state)
+    assert same(head + [x for x, _ in again], full)
+
+
+def test_window_batch_sampler_state_is_the_loaders_and_elastic(folder):
+    ds = tokembed.SlidingWindowDataset(folder, max_length=16)
+    one = tokembed.WindowBatchSampler(ds, batch_size=4, seed=1)
+    it = iter(one)
+    for _ in range(3):
+        next(it)
+    state = one.state_dict()
+    assert state["format"] == "tokembed-loader" and state["batches_done"] == 3
+    # two ranks of 2 resume the global order where one rank of 4 stopped
+    rest = [b for b in it]
+    halves = [tokembed.WindowBatchSampler(ds, batch_size=2, seed=1, rank=r, world_size=2) for r in range(2)]
+    for h in halves:
+        h.load_state_dict(state)
+    assert [a + b for a, b in zip(*halves)] == rest
+    with pytest.raises(TypeError, match=r"a Mixture's windows are indexed by slots"):
+        tokembed.WindowBatchSampler(
+            tokembed.SlidingWindowDataset(tokembed.Mixture({folder: 1}), max_length=8), batch_size=2
+        )
+
+
+# ------------------------------------------------------------------------------------- torchtitan
+
+
+def titan(folder, *, rank, world, local_batch_size, **config):
+    from tokembed.integrations.torchtitan import TitanDataLoader
+
+    cfg = TitanDataLoader.Config(dataset_path=str(folder), seed=5, infinite=False, **config)
+    return cfg.build(dp_world_size=world, dp_rank=rank, tokenizer=None, seq_len=32, local_batch_size=local_batch_size)
+
+
+def test_torchtitan_contract_batches_and_positions(folder):
+    pytest.importorskip("torchtitan")
+    from torchtitan.components.dataloader import BaseDataLoader
+
+    dl = titan(folder, rank=1, world=2, local_batch_size=4)
+    assert isinstance(dl, BaseDataLoader)
+    ref = list(
+        tokembed.create_dataloader(
+            folder, batch_size=4, max_length=32, seed=5, rank=1, world_size=2, return_documents=True
+        )
+    )
+    got = list(dl)
+    assert len(got) == len(ref)
+    for (inputs, labels), b in zip(got, ref):
+        assert set(inputs) == {"input", "positions"}
+        assert torch.equal(inputs["input"], b.inputs) and torch.equal(labels, b.targets)
+        assert torch.equal(inputs["positions"], b.position_ids)
+    state = dl.state_dict()
+    assert set(state) == {"dp_rank_1", "world_size"} and state["world_size"] == 2
+
+
+def test_torchtitan_resume_through_dcp_at_another_data_parallel_degree(folder, tmp_path):
+    pytest.importorskip("torchtitan")
+    import torch.distributed.checkpoint as dcp
+    from torchtitan.components.dataloader import ParallelAwareDataloader
+
+    two = [titan(folder, rank=r, world=2, local_batch_size=4) for r in range(2)]
+    its = [iter(d) for d in two]
+    for _ in range(3):
+        for it in its:
+            next(it)
+    # Each rank's state goes into the checkpoint (DCP, as torchtitan's checkpointer writes it).
+    saved = {}
+    for d in two:
+        saved.update(d.state_dict())
+    dcp.save({"dataloader": saved}, checkpoint_id=str(tmp_path / "step-3"), no_dist=True)
+    loaded = {"dataloader": {k: "" if k.startswith("dp_rank_") else 0 for k in saved}}
+    dcp.load(loaded, checkpoint_id=str(tmp_path / "step-3"), no_dist=True)
+    # One rank with the same global batch (8) resumes where the two stopped: what they would have read next.
+    one = titan(folder, rank=0, world=1, local_batch_size=8)
+    one.load_state_dict(loaded["dataloader"])
+    rest_two = [torch.cat([a["input"] for a, _ in pair]) for pair in zip(*its)]
+    assert same([x["input"] for x, _ in one], rest_two)
+    # torchtitan's own loader refuses the same change (its assert, torchtitan #811).
+    ds = torch.utils.data.TensorDataset(torch.arange(10))
+    theirs = ParallelAwareDataloader(ds, dp_rank=0, dp_world_size=2, batch_size=2)
+    state = theirs.state_dict()
+    with pytest.raises(AssertionError, match="dp_degree is inconsistent"):
+        ParallelAwareDataloader(ds, dp_rank=0, dp_world_size=1, batch_size=2).load_state_dict(state)
+    # ... and a changed global batch is named, not silently misread.
+    other = titan(folder, rank=0, world=1, local_batch_size=4)
+    with pytest.raises(ValueError, match=r"global_batch_size=8 \(this loader: 4\)"):
+        other.load_state_dict(loaded["dataloader"])
