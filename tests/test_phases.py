@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -632,3 +633,19 @@ def test_torchrun_saved_at_two_ranks_resumes_at_three_across_a_phase_boundary(fo
     assert len(uninterrupted) == 7 and steps("resume", 3, "rest") == uninterrupted[cut:]
     sources = [(w[0] if w[0] != 50256 else w[1] - 1) // 10_000 for b in uninterrupted for w in b]
     assert 3 not in sources[:33] and abs(sources[33:].count(3) - 0.6 * len(sources[33:])) < 1  # the boundary, exact
+
+
+def test_packed_windows_follow_the_same_phases(four):
+    from tokembed.data.packed import PackedWindows
+
+    m = phased(four)
+    sliding = tokembed.SlidingWindowDataset(m, max_length=L)
+    packed = tokembed.create_dataloader(m, batch_size=6, max_length=L, packing="best-fit", shuffle=False).dataset
+    slots = np.arange(120)
+    codes = packed.codes(slots, shuffle=False)
+    source, window = packed.sources_of(codes)
+    assert np.array_equal(source, sliding.sources_of(sliding.codes(slots))[0])  # whatever the windows' kind
+    x, _ = packed._gather(codes)
+    for i, path in enumerate(m.paths):  # each row is its source's own packed window
+        own = PackedWindows(path, max_length=L, packing="best-fit")
+        assert np.array_equal(x[torch.from_numpy(source == i)], own.gather(window[source == i])[0])
