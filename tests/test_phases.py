@@ -202,6 +202,13 @@ def test_sources_continue_their_own_order_across_phases_and_after_a_pause(four):
     assert c_in_phase_3 and not [i for i, w in enumerate(read) if w[0] == 2 and 21 <= i < 70]  # it paused
 
 
+def test_workers_read_the_same_phased_batches(four):
+    m = phased(four)
+    one = tokembed.create_dataloader(m, batch_size=6, max_length=L)
+    two = tokembed.create_dataloader(m, batch_size=6, max_length=L, num_workers=2)
+    assert take(two, 20) == take(one, 20)  # the schedule crosses to the workers with the dataset
+
+
 # ----------------------------------------------------------------------------------- resume
 
 
