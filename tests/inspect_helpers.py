@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -34,7 +35,7 @@ def write_checkpoint(
     data: str | None = None,
 ) -> Path:
     """A checkpoint directory in the layout `tokembed train` writes (config.json, model.safetensors, log.json,
-    and token_counts.safetensors when ``data`` is given: the counts of that text)."""
+    and token_counts.safetensors when ``data`` is given: the counts of that text; sha256.json of them all)."""
     path.mkdir(parents=True)
     dim = tokens.shape[1]
     state = {
@@ -75,7 +76,16 @@ def write_checkpoint(
         ]
         val = [{"step": s, "loss": 10.5 * 0.97**s} for s in range(20, 121, 20)]
         (path / "log.json").write_text(json.dumps({"train": train, "val": val}))
+    seal(path)
     return path
+
+
+def seal(path: Path) -> None:
+    """Write sha256.json as the checkpoint format defines it (tokembed.model.checkpoint's docstring)."""
+    files = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(path.iterdir()) if p.is_file()}
+    files.pop("sha256.json", None)
+    listing = hashlib.sha256(json.dumps(files, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    (path / "sha256.json").write_text(json.dumps({"format": "tokembed-checksums", "files": files, "sha256": listing}))
 
 
 def gpt2_state(dim: int = 8, *, seed: int = 1, n_positions: int = 1024) -> dict[str, torch.Tensor]:

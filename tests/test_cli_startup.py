@@ -6,6 +6,7 @@ the parent checks the list. Commands that need torch (train, inspect, demo, ...)
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -59,6 +60,44 @@ def test_check_imports_no_torch(tmp_path, shards):
         rf"{re.escape(str(shards))}: OK \(train: 1 shards, [\d,]+ tokens, val: 0 shards, 0 tokens\)\n", proc.stdout
     )
     assert "torch" not in modules
+
+
+def test_check_json_says_what_the_text_says_with_the_same_exit_status(tmp_path, shards, capsys):
+    proc, modules = imported_modules(tmp_path, RUN_MAIN, "check", str(shards), "--json")
+    assert proc.returncode == 0 and "torch" not in modules, proc.stderr
+    report = json.loads(proc.stdout)
+    tokens = int(
+        re.search(r"train: 1 shards, ([\d,]+) tokens", main_output(["check", str(shards)], capsys))
+        .group(1)
+        .replace(",", "")
+    )
+    assert report == {
+        "folder": str(shards),
+        "ok": True,
+        "problems": [],
+        "splits": {
+            "train": {"documents": 1, "tokens": tokens, "shards": 1},
+            "val": {"documents": 0, "tokens": 0, "shards": 0},
+        },
+        "sealed": True,
+    }
+    damaged = tmp_path / "damaged"
+    shutil.copytree(shards, damaged)
+    shard = damaged / "train" / "00000.bin"
+    data = bytearray(shard.read_bytes())
+    data[3] ^= 1
+    shard.write_bytes(bytes(data))
+    assert main(["check", str(damaged)]) == 1
+    lines = [line.removeprefix("DAMAGED: ") for line in capsys.readouterr().out.splitlines()]
+    assert main(["check", str(damaged), "--json"]) == 1  # the same exit status: 1 when damaged
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] is False and report["problems"] == lines and report["splits"] == {} and report["sealed"] is None
+    assert any("train/00000.bin" in p for p in lines)
+
+
+def main_output(argv: list[str], capsys) -> str:
+    assert main(argv) == 0
+    return capsys.readouterr().out
 
 
 def test_stats_imports_no_torch(tmp_path, shards):

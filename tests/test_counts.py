@@ -67,7 +67,8 @@ def test_resuming_a_checkpoint_without_counts_records_none(tmp_path):
     train(TrainConfig(checkpoint_interval=2, **cfg), TINY, progress=False, stop_at=2)
     (tmp_path / "run" / COUNTS_FILE).unlink()  # as written by an older tokembed, which wrote
     (tmp_path / "run" / "sha256.json").unlink()  # no checksums either
-    train(TrainConfig(checkpoint_interval=2, **cfg), None, progress=False, resume=True)
+    with pytest.warns(UserWarning, match="loaded without verification"):
+        train(TrainConfig(checkpoint_interval=2, **cfg), None, progress=False, resume=True, allow_unverified=True)
     assert read_token_counts(tmp_path / "run") is None  # not counts of half the run passed off as all of it
 
 

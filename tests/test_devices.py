@@ -135,7 +135,7 @@ def test_progress_bars_where_slow_and_none_in_a_pipe(tmp_path, capsys):
     from tokembed.training.evaluation import evaluate_tokens
 
     model = tokembed_gpt()
-    evaluate_tokens(model, torch.arange(200) % 40, length=16, progress=True)
+    evaluate_tokens(model, torch.arange(200) % 40, length=16, progress="bar")  # True: a bar on a terminal only
     token_counts(STORY, progress=True)
     project_2d(torch.randn(12, 4), method="tsne", progress=True)
     err = capsys.readouterr().err
@@ -152,3 +152,23 @@ def tokembed_gpt():
     from tokembed import GPT
 
     return GPT(GPTConfig(vocab_size=40, context_length=16, dim=16, n_layers=1, n_heads=2, positional="alibi"))
+
+
+def test_eval_runs_on_the_device_it_is_given(tmp_path, capsys):
+    from tokembed import evaluate
+
+    train(cfg(tmp_path, "run", max_steps=2), TINY, progress=False, device=DeviceConfig(device="cpu"))
+    argv = ["eval", str(tmp_path / "run"), "--lengths", "16,32", "--max-windows", "3", "--json"]
+    assert main(argv) == 0
+    default = json.loads(capsys.readouterr().out)
+    assert main([*argv, "--device", "cpu"]) == 0
+    assert json.loads(capsys.readouterr().out) == default  # the CPU is where a loaded checkpoint runs by default
+    model, config = load_checkpoint(tmp_path / "run")
+    moved = []
+    move = model.to
+    model.to = lambda where: moved.append(where) or move(where)  # where evaluate puts the model
+    assert evaluate((model, config), lengths=[16, 32], max_windows=3, device="auto") == default
+    assert moved == [resolve_device("auto")]
+    if not torch.cuda.is_available():
+        assert main([*argv, "--device", "cuda"]) == 2
+        assert "device 'cuda': torch" in capsys.readouterr().err

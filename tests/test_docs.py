@@ -1,4 +1,4 @@
-"""What the docs name exists: every `tokembed.x.y` they show in backticks, every repository path, every link.
+"""What the docs name exists: every `tokembed.x.y` in backticks, every repository path and link, every CLI option.
 
 A rename that forgets the docs fails here, naming the document, the line and the name. Names must be public:
 a doc that sends the reader into a private module (``tokembed._plot``) names something they cannot rely on.
@@ -6,12 +6,18 @@ a doc that sends the reader into a private module (``tokembed._plot``) names som
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import functools
 import importlib
 import re
+import shlex
 import subprocess
 from pathlib import Path
 
 import pytest
+
+from tokembed.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
@@ -127,3 +133,71 @@ def test_resolve_finds_what_exists_and_only_that(name, ok):
 )
 def test_path_check_finds_what_exists_and_only_that(path, ok):
     assert _path_exists(path) == ok
+
+
+# ------------------------------------------------------------------------ command lines in the docs
+
+COMMAND = re.compile(r"(?:^|\$ |-m |`)(tokembed (?:[a-z]+)(?: [^`#\n]*)?)")
+
+
+def _command_lines() -> list[tuple[str, int, str]]:
+    """(document, line number, command) for every ``tokembed COMMAND ...`` the docs show, in code or in backticks."""
+    found = []
+    for doc in DOCS:
+        in_code = False
+        for n, line in enumerate(doc.read_text(encoding="utf-8").splitlines(), 1):
+            if line.lstrip().startswith("```"):
+                in_code = not in_code
+                continue
+            text = line.split(" # ")[0] if in_code else line
+            found += [(doc.name, n, m.group(1).strip()) for m in COMMAND.finditer(text) if in_code or "`" in m.group(0)]
+    return found
+
+
+def _words(command: str) -> list[str]:
+    """The command's words after ``tokembed``: up to a pipe or redirection, brackets of optional parts removed."""
+    try:
+        words = shlex.split(command.replace("[", " ").replace("]", " ").replace("\\", " "))
+    except ValueError:  # an unbalanced quote in prose
+        return []
+    cut = next((i for i, w in enumerate(words) if w in ("|", "&&", ">", "2>&1")), len(words))
+    return words[1:cut]
+
+
+@functools.cache
+def _parser() -> argparse.ArgumentParser:
+    return build_parser()  # one for every line: parsing leaves a parser as it was
+
+
+def _command_parser(words: list[str]) -> argparse.ArgumentParser | None:
+    """The (sub)parser ``words`` select: ``inspect SOURCE QUESTION`` skips its SOURCE."""
+    parser = _parser()
+    rest = list(words)
+    while True:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if not subs:
+            return parser
+        if parser.prog == "tokembed inspect" and rest:
+            rest.pop(0)  # SOURCE
+        if not rest or rest[0] not in subs[0].choices:
+            return None if parser.prog == "tokembed" else parser
+        parser = subs[0].choices[rest.pop(0)]
+
+
+def test_every_command_line_in_the_docs_uses_the_current_options(capsys):
+    bad = []
+    for doc, line, command in _command_lines():
+        words = _words(command)
+        parser = _command_parser(words)
+        if parser is None:
+            continue  # prose such as "tokembed reads a column"
+        known = {s for a in parser._actions for s in a.option_strings if s not in getattr(a, "old", ())}
+        for w in words:
+            flag = w.split("=")[0]
+            if re.fullmatch(r"--[a-z][\w-]*|-[a-zA-Z]", flag) and flag not in known:
+                bad.append(f"{doc}:{line}: {flag} is not an option of `{parser.prog}` ({command})")
+        with contextlib.suppress(SystemExit):  # placeholders (megatron|nanogpt) may not parse: options checked above
+            _parser().parse_args(words)
+        notes = [n for n in capsys.readouterr().err.splitlines() if "is deprecated" in n]
+        bad += [f"{doc}:{line}: {command}: {n}" for n in notes]
+    assert not bad, "\n".join(bad)

@@ -30,6 +30,7 @@ from tokembed.shards.formats import RecordContext, WholeFileFormat
 from tokembed.shards.formats.opened import RangedFile, register_opener
 from tokembed.shards.prepare import prepare_corpus
 from tokembed.shards.reader import open_shards
+from tokembed.shards.sources import plan_units, safe_cut
 from tokembed.tokenizer import get_tokenizer
 
 ENC = get_tokenizer("gpt2")
@@ -269,3 +270,19 @@ def test_the_docs_list_the_registered_formats():
     docs = (TESTS.parent / "docs" / "corpora.md").read_text(encoding="utf-8")
     block = docs.split("<!-- formats table: generated from the registry -->\n")[1].split("\n<!-- end of")[0]
     assert block == formats.formats_table(), "paste tokembed.shards.formats.formats_table() into docs/corpora.md"
+
+
+def test_the_planner_reads_a_seekable_text_only_around_its_cut_points(story, monkeypatch):
+    data = (story * 64).encode()  # 1.3 MB
+    reads: list[tuple[int, int]] = []
+    monkeypatch.setattr(formats.opened, "_OPENERS", {})
+    register_opener("mem", lambda url: MemoryInput(url, data, reads))
+    big = [formats.InputFile("mem://b/big.txt", "text", False, len(data))]
+    spans = [sp for unit, _ in plan_units(big, 200_000, cut_at=safe_cut) for sp in unit]
+    assert len(spans) == 7 and sum(n for _, n in reads) < len(data) / 2  # a 64 KiB window per cut
+    assert b"".join(data[sp.start : sp.end] for sp in spans) == data
+    reads.clear()  # a tokenizer without a cut rule: the document stays whole, and nothing needs reading
+    assert [(sp.start, sp.end, sp.flags) for unit, _ in plan_units(big, 200_000, cut_at=None) for sp in unit] == [
+        (0, len(data), 0)
+    ]
+    assert reads == []

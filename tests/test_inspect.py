@@ -212,13 +212,13 @@ def test_table_of_an_in_memory_model():
             self.config = SimpleNamespace(positional=positional, context_length=12)
 
     learned = Stand("learned")
-    table = EmbeddingTable.from_model(learned)
+    table = EmbeddingTable.from_model(learned, tokenizer="gpt2")  # 100 rows: GPT-2's only when asked for
     assert torch.equal(table.tokens, learned.embed.token.weight.detach()) and torch.equal(
         table.positions, learned.embed.position.weight.detach()
     )
-    sinus = EmbeddingTable.from_model(Stand("sinusoidal"))
+    sinus = EmbeddingTable.from_model(Stand("sinusoidal"), tokenizer="gpt2")
     assert sinus.positions.shape == (12, 6) and torch.allclose(sinus.positions[0], torch.tensor([0.0, 1.0] * 3))
-    assert EmbeddingTable.from_model(Stand("alibi")).positions is None
+    assert EmbeddingTable.from_model(Stand("alibi"), tokenizer="none").positions is None
     with pytest.raises(TypeError, match="has no model.embed.token.weight"):
         EmbeddingTable.from_model(nn.Linear(2, 2))
 
@@ -397,6 +397,17 @@ def test_tsne_gives_coordinates_and_a_missing_extra_names_it(table, monkeypatch)
         project_2d(table.tokens[:40], method="tsne")
     with pytest.raises(ValueError, match="unknown projection 'umap'"):
         project_2d(table.tokens[:40], method="umap")
+
+
+def test_most_frequent_follows_the_counts_with_ties_by_id():
+    counts = torch.tensor([3, 9, 0, 9, 5, 1])
+    table = EmbeddingTable(torch.randn(6, 2), labels=list("abcdef"), counts=counts)
+    order = sorted(range(6), key=lambda i: (-int(counts[i]), i))  # the definition: most read first, then lower id
+    assert [table.most_frequent(n) for n in (1, 3, 6, 60)] == [order[:1], order[:3], order, order]
+    plain = EmbeddingTable(torch.randn(6, 2), labels=list("abcdef"))
+    assert plain.most_frequent(4) == [0, 1, 2, 3] and plain.most_frequent(60) == list(range(6))  # no counts: first ids
+    with pytest.raises(ValueError, match=r"n must be an integer >= 1, got 0; the number of tokens to keep"):
+        table.most_frequent(0)
 
 
 # ------------------------------------------------------------------------------------------ CLI

@@ -24,7 +24,7 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "tokembed"
 STAGES = {
-    "_atomic": 0, "_checks": 0, "_lazy": 0, "_lock": 0, "_paths": 0, "_plot": 0, "_plugins": 0,
+    "_atomic": 0, "_checks": 0, "_cpus": 0, "_lazy": 0, "_lock": 0, "_paths": 0, "_plot": 0, "_plugins": 0,
     "tokenizer": 1, "shards": 2, "data": 3, "integrations": 3.5, "embeddings": 4, "model": 5, "training": 6, "inspection": 7,
     "demo": 8, "cli": 8, "__init__": 8, "__main__": 8,
 }  # fmt: skip

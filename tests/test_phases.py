@@ -21,7 +21,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tokembed
-from test_mixture import L, ident, windows_read, write_source
+from handmade_shards import write_shards
+from test_mixture import BASE, L, ident, windows_read, write_source
 from tokembed.data.schedule import Phase, PhaseSchedule, first_slot, quota_period
 
 
@@ -569,14 +570,16 @@ def test_stats_per_phase_count_what_two_ranks_read(four, capsys):
     )
 
 
-def test_train_on_phases_resumes_exactly_and_logs_its_phases(four, tmp_path, caplog):
+def test_train_on_phases_resumes_exactly_and_logs_its_phases(four, tmp_path, capsys):
     m = phased(four)
     model = tokembed.GPTConfig(context_length=L, dim=16, n_layers=1, n_heads=2)
     kw = dict(data=m, max_length=L, batch_size=6, max_steps=14, eval_interval=7, checkpoint_interval=7)
-    with caplog.at_level("INFO", logger="tokembed.training"):
-        whole = tokembed.train(tokembed.TrainConfig(out=str(tmp_path / "whole"), **kw), model, progress=False)
+    capsys.readouterr()
+    whole = tokembed.train(
+        tokembed.TrainConfig(out=str(tmp_path / "whole"), **kw), model, progress="lines", log_every=1000
+    )
     assert [r["phase"] for r in whole.log["train"]] == [1] * 4 + [2] * 7 + [3] * 3  # step 11 starts in phase 2
-    said = [r.getMessage() for r in caplog.records]
+    said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("data: ")]
     assert said[0].startswith("data: step 1 reads phase 1 (from token 0), 1 of 3: ")
     assert said[1].startswith("data: step 5 starts phase 2 (from token 192), 2 of 3: ") and "(window 24)" in said[1]
     assert said[2].startswith(f"data: step 11 starts phase 3 (from token {62 * L + 1:,}), 3 of 3: ")
@@ -590,6 +593,75 @@ def test_train_on_phases_resumes_exactly_and_logs_its_phases(four, tmp_path, cap
     assert [ph["start"] for ph in state["loader"]["config"]["phases"]] == [0, 192, 62 * L + 1]
 
 
+def test_train_resumes_a_schedule_whose_sources_moved_by_their_content(four, tmp_path):
+    m = phased(four)
+    model = {"context_length": L, "dim": 16, "n_layers": 1, "n_heads": 2}
+    kw = dict(max_length=L, batch_size=6, max_steps=14, checkpoint_interval=100)
+    split = str(tmp_path / "split")
+    whole = tokembed.train({"data": m, "out": str(tmp_path / "whole"), **kw}, model, progress=False)
+    tokembed.train({"data": m, "out": split, **kw}, model, progress=False, stop_at=6)  # in phase 2
+    state = json.loads((tmp_path / "split" / "state.json").read_text())
+    assert len(state["data"]["sources"]) == 4  # the data's identity: each source's content, every phase's
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    for p in four:
+        p.rename(moved / p.name)
+    there = [moved / p.name for p in four]
+    with pytest.raises(
+        FileNotFoundError, match=r"the checkpoint's data .*s0.* does not exist .*--mixture FILE, a schedule naming"
+    ):
+        tokembed.train({"out": split}, resume=True, progress=False)
+    with pytest.raises(
+        ValueError,
+        match=r"--resume: the checkpoint was trained on a phased mixture of 3 phases over .*s0.* \(seed 1\), not a "
+        r"phased mixture of 3 phases over .*moved.*s0.* \(seed 2\)",
+    ):
+        tokembed.train({"data": phased(there, seed=2), "out": split}, resume=True, progress=False)
+    write_source(there[2], 2, [[7 * L + 5]])  # source s2, read in phase 1, now holds other tokens
+    with pytest.raises(ValueError, match=r"another dataset: source 1 \(.*s2\), read before the state was saved"):
+        tokembed.train({"data": phased(there), "out": split}, resume=True, progress=False)
+    write_source(there[2], 2, [[7 * L]])
+    rest = tokembed.train({"data": phased(there), "out": split}, resume=True, progress=False)
+    assert [r["loss"] for r in rest.log["train"]] == [r["loss"] for r in whole.log["train"]]
+    config = json.loads((tmp_path / "split" / "config.json").read_text())
+    assert config["train"]["data"] == phased(there).spec()  # the checkpoint names where the data is now
+
+
+def add_val_split(path: Path, i: int, n: int) -> None:
+    """Give source folder ``path`` (source ``i``) a val split of one document of ``n`` tokens of its own."""
+    other = path.parent / f"{path.name}-val"
+    write_shards(other, [[np.arange(n) + i * BASE + 5_000]], split="val")
+    (other / "val").rename(path / "val")
+    manifest = json.loads((path / "manifest.json").read_text())
+    manifest["splits"]["val"] = json.loads((other / "manifest.json").read_text())["splits"]["val"]
+    (path / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_the_validation_total_weighs_the_sources_as_the_phase_in_effect(four):
+    for i, p in enumerate(four):
+        add_val_split(p, i, 6 * L)
+    m = phased(four)
+    config = dict(data=m, max_length=L, batch_size=6, max_steps=14, eval_interval=4, eval_batches=1)
+    result = tokembed.train(
+        tokembed.TrainConfig(out=str(four[0].parent / "run"), **config),
+        tokembed.GPTConfig(context_length=L, dim=16, n_layers=1, n_heads=2),
+        progress=False,
+    )
+    # Steps 4: phase 1; 8: phase 2; 12 and 14: phase 3 (step 11 is phase 2's: its first window is).
+    in_effect = {4: 0, 8: 1, 12: 2, 14: 2}
+    assert [e["step"] for e in result.log["val"]] == list(in_effect)
+    for entry in result.log["val"]:
+        weights = PHASES[in_effect[entry["step"]]][1]
+        by_folder = {Path(k).name: v for k, v in entry["sources"].items()}
+        assert set(by_folder) == {"s0", "s1", "s2", "s3"}  # every source is scored, read now or not
+        total = sum(w * by_folder[f"s{i}"] for i, w in weights.items()) / sum(weights.values())
+        assert entry["loss"] == pytest.approx(total, rel=1e-9)
+    (row,) = tokembed.evaluate(result.checkpoint, lengths=[L], max_windows=2)  # at step 14: phase 3's weights
+    weights = {Path(r["source"]).name: r["weight"] for r in row["sources"]}
+    assert weights == {"s0": 0.0, "s1": 0.0, "s2": 0.5, "s3": 0.5}
+    assert row["loss"] == pytest.approx(sum(r["weight"] * r["loss"] for r in row["sources"]))
+
+
 def test_train_cli_with_a_schedule_file_grows_it_on_resume(four, tmp_path, capsys):
     from tokembed.cli import main
 
@@ -597,7 +669,7 @@ def test_train_cli_with_a_schedule_file_grows_it_on_resume(four, tmp_path, capsy
     phase = "[[phases]]\nstart = {}\nweights = {{ {} }}\n"
     first = phase.format(0, "s0 = 0.7, s2 = 0.3") + phase.format(10 * L, "s3 = 1")
     schedule.write_text(first)
-    run = ["train", "--mixture", str(schedule), "--out", str(tmp_path / "run"), "--no-progress"]
+    run = ["train", "--mixture", str(schedule), "--out", str(tmp_path / "run"), "--quiet"]
     small = ["--dim", "16", "--layers", "1", "--heads", "2", "--max-length", str(L), "--batch-size", "4"]
     assert main([*run, *small, "--steps", "5"]) == 0
     schedule.write_text(first + phase.format(30 * L, "s1 = 1, s3 = 1"))  # a phase the run did not plan for

@@ -307,9 +307,13 @@ def test_different_inputs_into_a_prepared_folder(corpus, tmp_path):
     src, _ = corpus
     out = tmp_path / "out"
     prepare_corpus([src / "a-story.txt"], out, workers=1)
-    with pytest.raises(FileExistsError, match=r"holds finished shards made with different inputs; .*--overwrite"):
+    with pytest.raises(
+        FileExistsError,
+        match=r"holds finished shards made with a different set of inputs \(.*a-story.txt in the "
+        r"folder, .*spec-0.md now\); .*--overwrite",
+    ):
         prepare_corpus([src / "spec-0.md"], out, workers=1)
-    with pytest.raises(FileExistsError, match="made with different config"):
+    with pytest.raises(FileExistsError, match=r"made with a different --val-fraction \(0.0 in the folder, 0.5 now\)"):
         prepare_corpus([src / "a-story.txt"], out, workers=1, val_fraction=0.5)
     prepare_corpus([src / "spec-0.md"], out, workers=1, overwrite=True)
     assert len(decoded_documents(out)) == 1 and check_shards(out) == []

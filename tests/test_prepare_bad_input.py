@@ -65,7 +65,7 @@ def test_text_in_latin_1_is_still_replaced_and_counted_with_a_warning(tmp_path, 
     assert 0 < not_text_bytes(raw) / len(raw) < 0.05
     assert main(["prepare", str(tmp_path / "fr.txt"), "--out", str(tmp_path / "o"), "--workers", "1"]) == 0
     assert (
-        f"warning: {high:,} invalid UTF-8 sequences replaced by U+FFFD ({tmp_path / 'fr.txt'}: {high:,})"
+        f"warning: {high:,} invalid UTF-8 sequences or lone surrogates replaced by U+FFFD ({tmp_path / 'fr.txt'}: {high:,})"
         in capsys.readouterr().err
     )
 

@@ -8,10 +8,12 @@ survives a crash. A reader sees the old file or the new one, never a part.
 from __future__ import annotations
 
 import contextlib
+import errno
 import glob
 import json
 import os
 import re
+import shutil
 import tempfile
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
@@ -29,6 +31,7 @@ __all__ = [
     "fsync_dir",
     "interrupted_commit",
     "is_temp_file",
+    "write_failure",
     "MARKER",
     "read_marker",
     "recover_staged",
@@ -50,6 +53,41 @@ def fsync_dir(path: str | os.PathLike) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+_FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}  # no space left, over quota, file too large
+
+
+def write_failure(
+    error: BaseException, path: str | os.PathLike, *, what: str = "", name: str | None = None
+) -> OSError | None:
+    """An error that names ``path`` (or ``name``) when ``error`` says a write ran out of room (a full disk, a quota,
+    a file size limit), else None; its text says what to do. A library writing from C++ (torch.save: "iostream
+    error", "unexpected pos") says less: its RuntimeError counts when the device has less than 1 MiB left (ask
+    before removing what the failed write left)."""
+    folder = Path(path).parent
+    full = isinstance(error, OSError) and error.errno in _FULL
+    failed_write = isinstance(error, RuntimeError) and _nearly_full(folder)
+    if not (full or failed_write):
+        return None
+    try:
+        free = f"{shutil.disk_usage(folder).free:,} bytes free there"
+    except OSError:
+        free = "its device is full or unavailable"
+    code = error.errno if isinstance(error, OSError) and error.errno else errno.ENOSPC
+    reason = os.strerror(code).lower() if full else f"no space left on device ({str(error).splitlines()[0][:120]})"
+    return OSError(
+        code,
+        f"{reason}: could not write {name or path} ({free}); {what or 'nothing was replaced'}: free some space (or choose "
+        "another output) and run the command again",
+    )
+
+
+def _nearly_full(folder: Path) -> bool:
+    try:
+        return shutil.disk_usage(folder).free < 1 << 20
+    except OSError:
+        return False
 
 
 def is_temp_file(name: str) -> bool:
@@ -75,9 +113,12 @@ def atomic_open(path: str | os.PathLike, mode: str = "w"):
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        full = write_failure(e, path, what=f"{Path(path).name} is as it was")
+        if full is not None:
+            raise full from None
         raise
     fsync_dir(path.parent)
 
@@ -127,7 +168,9 @@ def atomic_create(path: str | os.PathLike, mode: str = "w", *, overwrite: bool =
 def write_marker(folder: Path, *, name: str | None = None, **record: Any) -> None:
     """Mark ``folder`` as made by tokembed: ``MARKER`` holds ``record`` and the folder's own name (or ``name``, the
     one it is about to be renamed to: until then the marker is inert)."""
-    atomic_write_json(folder / MARKER, {**record, "format": _MARKER_FORMAT, "folder": name or folder.name})
+    record = {**record, "format": _MARKER_FORMAT, "folder": name or folder.name}
+    # ASCII: a folder name that is not UTF-8 (os.fsdecode's surrogates) is kept as JSON escapes, read back the same
+    atomic_write(folder / MARKER, (json.dumps(record, indent=1, sort_keys=True) + "\n").encode())
 
 
 def read_marker(folder: Path) -> dict[str, Any] | None:
@@ -274,9 +317,13 @@ def staged_files(targets: Sequence[Path], *, key: str, remove: Sequence[Path] = 
         committing = True  # from here on the staged files are the truth: a rerun finishes the renames
         write_marker(stage, **record, state="committing")
         _commit(stage, targets, remove)
-    except BaseException:
+    except BaseException as e:
         if not committing:
             with contextlib.suppress(OSError):
                 remove_marked(stage, names)
+        files = ", ".join(t.name for t in targets)
+        full = write_failure(e, targets[0], name=f"{files} in {parent}", what="the files there are as they were")
+        if full is not None and not committing:
+            raise full from None
         raise
     remove_marked(stage, names)

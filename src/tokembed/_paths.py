@@ -24,7 +24,9 @@ __all__ = [
     "inside",
     "is_url",
     "local_path",
+    "output_path",
     "refuse_inside_checkpoint",
+    "shown",
     "url_scheme",
 ]
 
@@ -101,6 +103,23 @@ def inside(path: str | os.PathLike, folder: str | os.PathLike) -> bool:
     """Whether ``path`` is ``folder`` or inside it, after symlinks (``path`` need not exist yet)."""
     p, f = os.path.realpath(path), os.path.realpath(folder)
     return p == f or p.startswith(f.rstrip(os.sep) + os.sep)
+
+
+def output_path(path: str | os.PathLike, *, what: str) -> Path:
+    """An output the user named, as a local `Path`: not a URL (`local_path`), and not ``-``, which on a command
+    line means standard output, where a command that writes files (or a folder) cannot write."""
+    if os.fspath(path) == "-":
+        raise ValueError(
+            f"{what} - (standard output) is not supported: this command writes files; give a file name "
+            "(./- for a file really named '-')"
+        )
+    return local_path(path, what=what)
+
+
+def shown(path: str | os.PathLike) -> str:
+    """``path`` as text that can be printed, drawn and written as UTF-8: the bytes of a name that is not UTF-8
+    (which ``os.fsdecode`` keeps as lone surrogates, that no encoder takes) as ``\\xff`` escapes."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
 def refuse_inside_checkpoint(path: str | os.PathLike, *, what: str = "the output") -> None:

@@ -6,6 +6,10 @@ Each subcommand lives in its own module under ``tokembed.cli`` and defines
 files) are raised by the library as ValueError/TypeError/FileNotFoundError/... and
 printed here as one line, with exit status 2 (set TOKEMBED_DEBUG=1 for the traceback).
 
+Options that several commands share (``--out``, ``--overwrite``, ``--quiet``, ``--json``, ``--device``,
+``--tokenizer``, ``--top``, ...) are defined once in ``tokembed.cli.options`` and given to a command as
+argparse parents; a command adds only what is its own. tests/test_cli_vocabulary.py checks the whole vocabulary.
+
 Every call builds the whole parser, so command modules import only argparse and the standard
 library at top level and import the library inside ``func``: ``tokembed --version`` and
 ``tokembed check DIR`` never import torch (tests/test_cli_startup.py checks it).
@@ -14,9 +18,12 @@ library at top level and import the library inside ``func``: ``tokembed --versio
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import sys
+
+from tokembed.cli import options
 
 # One module per command group; add yours here.
 COMMAND_MODULES = [
@@ -33,9 +40,7 @@ USER_ERRORS = (ValueError, TypeError, OSError, ImportError)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="tokembed", description="Text -> BPE tokens -> windows -> batches -> embeddings."
-    )
+    parser = options.Parser(prog="tokembed", description="Text -> BPE tokens -> windows -> batches -> embeddings.")
     from tokembed import __version__
 
     parser.add_argument("--version", action="version", version=f"tokembed {__version__}")
@@ -46,6 +51,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    for stream in (sys.stdout, sys.stderr):  # a path that is not UTF-8 is printed escaped, not an encoding error
+        reconfigure = getattr(stream, "reconfigure", None)  # (a replaced stream may not have it)
+        if reconfigure is not None:
+            with contextlib.suppress(ValueError):
+                reconfigure(errors="backslashreplace")
     try:
         parser = build_parser()  # loads the plugins (TOKEMBED_PLUGINS, entry points) that add schemes and options
     except ImportError as e:
@@ -54,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tokembed: error: {e}", file=sys.stderr)
         return 2
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # as typed: `train` prints how to resume
     try:
         code = int(args.func(args) or 0)
         sys.stdout.flush()  # a reader that stopped early (`| head`) shows up here, not at exit

@@ -6,24 +6,31 @@ import argparse
 import json
 from pathlib import Path
 
+from tokembed.cli import options
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "demo",
         help="walk the chapter: text -> tokens -> batch -> token + positional embeddings",
         description="Walk the chapter end to end on Python's own documentation topics (offline) or --text FILE.",
+        parents=[
+            options.tokenizer("the tokenizer to encode with (the chapter's is gpt2)"),
+            options.json_output("print the facts as JSON"),
+        ],
     )
     p.add_argument(
         "--text",
         type=Path,
         help="a UTF-8 text file (default: Python's documentation topics, shipped with every install)",
     )
-    p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--max-length", type=int, default=4)
-    p.add_argument("--stride", type=int, default=None, help="default: max-length")
+    # The chapter's own numbers, not a config's: the demo reproduces what the chapter prints.
+    p.add_argument("--batch-size", type=int, default=8, help="windows per batch (the chapter's 8)")
+    p.add_argument("--max-length", type=int, default=4, help="tokens per window (the chapter's 4)")
+    p.add_argument("--stride", type=int, default=None, help="step between windows (default: max-length)")
     p.add_argument("--dim", type=int, default=256, help="embedding width (the chapter's 256)")
-    p.add_argument("--tokenizer", default="gpt2", help="the chapter's gpt2, or any `tokembed tokenizers` lists")
-    p.add_argument("--json", action="store_true", help="print the facts as JSON")
+    p.add_argument("--pattern", help="split regex of a .tiktoken file, or the encoding whose pattern it uses")
+    p.add_argument("--eot", help="end-of-text token of a tokenizer.json that has none of the usual ones")
     p.set_defaults(func=run)
 
 
@@ -37,8 +44,10 @@ def _read_text(path: Path) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from tokembed.demo import chapter_walk  # imports torch: only this command pays for it
+    from tokembed.tokenizer import get_tokenizer
 
     text = _read_text(args.text) if args.text else None
+    tokenizer = get_tokenizer(args.tokenizer, pattern=args.pattern, eot=args.eot) if args.pattern or args.eot else None
     facts = chapter_walk(
         text,
         source=str(args.text) if args.text else None,
@@ -46,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
         max_length=args.max_length,
         stride=args.stride,
         dim=args.dim,
-        tokenizer=args.tokenizer,
+        tokenizer=tokenizer or args.tokenizer,
     )
     print(json.dumps(facts, indent=2) if args.json else format_facts(facts))
     return 0

@@ -11,6 +11,8 @@ import json
 import sys
 from pathlib import Path
 
+from tokembed.cli import options
+
 WORD_HELP = (
     "words are encoded exactly as written: GPT-2 has different tokens for 'king' (start of a text) and "
     "' king' (after a space, as in running text); --space puts a space before each word. "
@@ -23,13 +25,15 @@ def _table(args):
     from tokembed.inspection.counts import table_with_counts
     from tokembed.inspection.load import load_table
 
-    table = load_table(args.source, tokenizer=args.tokenizer)
+    table = load_table(args.source, tokenizer=args.tokenizer, allow_unverified=args.allow_unverified)
     return table_with_counts(table, corpus=getattr(args, "corpus", None), min_count=getattr(args, "min_count", None))
 
 
-def _warn_queries(table, queries) -> None:
+def _warn_queries(table, queries, *, quiet: bool = False) -> None:
     """On stderr: a warning for each query token read fewer than min_count times, or a note without counts."""
     if table.counts is None:
+        if quiet:  # a note, not a warning: --quiet leaves it out
+            return
         print(
             f"note: {table.source or 'this table'} records no token counts, so under-trained tokens are not marked "
             "(pass --corpus, or use a checkpoint written by this tokembed's train)",
@@ -84,8 +88,8 @@ def _cmd_neighbours(args) -> int:
     table = _table(args)
     result = {}
     words = _words(args, args.words)
-    _warn_queries(table, words)
-    for w, nb in zip(words, table.neighbours_many(words, topn=args.topn)):
+    _warn_queries(table, words, quiet=args.quiet)
+    for w, nb in zip(words, table.neighbours_many(words, topn=args.top)):
         ids = [w] if isinstance(w, int) else table.ids(w)
         what = f"{_show(w)} (token{'s' if len(ids) > 1 else ''} {', '.join(map(str, ids))})"
         _print_neighbours(f"nearest to {what}:", nb, args.json)
@@ -98,8 +102,8 @@ def _cmd_neighbours(args) -> int:
 def _cmd_analogy(args) -> int:
     table = _table(args)
     pos, neg = _words(args, args.positive), _words(args, args.negative)
-    _warn_queries(table, pos + neg)
-    nb = table.most_similar(positive=pos, negative=neg, topn=args.topn)
+    _warn_queries(table, pos + neg, quiet=args.quiet)
+    nb = table.most_similar(positive=pos, negative=neg, topn=args.top)
     if args.json:
         print(json.dumps([vars(n) for n in nb], ensure_ascii=False, indent=1))
     else:
@@ -111,7 +115,7 @@ def _cmd_analogy(args) -> int:
 def _cmd_similarity(args) -> int:
     table = _table(args)
     a, b = _words(args, [args.a, args.b])
-    _warn_queries(table, [a, b])
+    _warn_queries(table, [a, b], quiet=args.quiet)
     s = table.similarity(a, b)
     print(
         json.dumps({"a": a, "b": b, "cosine": s}, ensure_ascii=False)
@@ -131,7 +135,7 @@ def _cmd_tokens(args) -> int:
     for r in rows:
         print(f"{r.position:5d}  {r.id:6d}  {r.norm:8.4f}  {r.token!r:<20}{_mark(r)}")
     if table.counts is None:
-        _warn_queries(table, [])
+        _warn_queries(table, [], quiet=args.quiet)
     return 0
 
 
@@ -154,74 +158,21 @@ def _cmd_isotropy(args) -> int:
 
 
 def _cmd_plot(args) -> int:
-    from tokembed._plot import save_figure
+    from tokembed.inspection.plot import plot_table, save_figure
 
     table = _table(args)
-    fig = _figure(args, table)
-    save_figure(fig, args.output, overwrite=args.force)
-    print(f"wrote {args.output}")
+    if args.kind in ("pca", "tsne") and table.counts is None:
+        _warn_queries(table, [], quiet=args.quiet)  # the note: no counts, so under-trained tokens are not marked
+    fig = plot_table(
+        table, args.kind, run=args.source, n_points=args.points, label_top=args.labels, progress=_bars(args)
+    )
+    save_figure(fig, args.out, overwrite=args.overwrite)
+    print(f"wrote {args.out}")
     return 0
 
 
-def _figure(args, table):
-    from tokembed.inspection import plot
-
-    if args.kind in ("pca", "tsne"):
-        if table.counts is None:
-            _warn_queries(table, [])
-        return plot.plot_projection(
-            table, method=args.kind, n_points=args.points, label_top=args.labels, progress=_bars(args)
-        )
-    if args.kind == "positions":
-        return _positions_figure(args, table)
-    if args.kind == "norms":
-        return plot.plot_norm_vs_frequency(table)
-    log = _log(args.source)
-    if args.kind == "isotropy":
-        return plot.plot_isotropy(log.get("isotropy") or [])
-    from tokembed._plot import plot_loss
-
-    return plot_loss(log)
-
-
-def _positions_figure(args, table):
-    from tokembed.inspection import plot
-
-    if table.positions is not None:
-        return plot.plot_position_similarity(table)
-    from tokembed.inspection.positions import checkpoint_position_pictures, describe_scheme, has_position_modules
-
-    pictures = checkpoint_position_pictures(args.source) if has_position_modules(table.positional) else []
-    if not pictures:
-        raise ValueError(f"nothing to draw: {describe_scheme(table.positional)}")
-    return plot.plot_position_picture(pictures[-1])  # RoPE: the similarity against distance
-
-
-def _log(source) -> dict:
-    log_file = Path(source) / "log.json"
-    if not log_file.is_file():
-        raise FileNotFoundError(
-            f"{log_file} does not exist: the loss and isotropy plots need a checkpoint directory written by `tokembed train`"
-        )
-    return json.loads(log_file.read_text(encoding="utf-8"))
-
-
 def _cmd_info(args) -> int:
-    table = _table(args)
-    info = {
-        "source": table.source,
-        "vocab_size": table.vocab_size,
-        "dim": table.dim,
-        "tokenizer": getattr(table.tokenizer, "name", None),
-        "positional": table.positional,
-        "positions": None if table.positions is None else table.positions.shape[0],
-        "norm_mean": float(table.norms.mean()),
-        "norm_min": float(table.norms.min()),
-        "norm_max": float(table.norms.max()),
-        "counts": table.counts_source or None,
-        "undertrained": None if table.counts is None else int(table.undertrained_ids().numel()),
-        "min_count": table.min_count,
-    }
+    info = _table(args).info()
     if args.json:
         print(json.dumps(info, indent=1))
     else:
@@ -238,12 +189,19 @@ def _cmd_report(args) -> int:
         corpus=args.corpus,
         min_count=args.min_count,
         words=words,
-        topn=args.topn,
+        topn=args.top,
         n_points=args.points,
         label_top=args.labels,
         tsne=False if args.no_tsne else None,
     )
-    out = write_report(args.source, args.output, config=config, overwrite=args.force, progress=_bars(args))
+    out = write_report(
+        args.source,
+        args.out,
+        config=config,
+        overwrite=args.overwrite,
+        progress=_bars(args),
+        allow_unverified=args.allow_unverified,
+    )
     print(f"wrote {out}")
     return 0
 
@@ -271,7 +229,7 @@ def _cmd_export_shards(args) -> int:
     """``tokembed export SHARDS --format megatron|nanogpt OUT``: token data for other trainers (no torch)."""
     from tokembed.shards.export import export_shards
 
-    result = export_shards(args.source, args.output, format=args.format, split=args.split, overwrite=args.force)
+    result = export_shards(args.source, args.out, format=args.format, split=args.split, overwrite=args.overwrite)
     if args.format == "megatron":
         for split, r in result.get("splits", {"": result}).items():
             print(
@@ -288,55 +246,45 @@ def _cmd_export_shards(args) -> int:
 
 
 def _cmd_export(args) -> int:
+    options.merge_positional(args, "output", "out")
     if args.format in ("megatron", "nanogpt"):
         return _cmd_export_shards(args)
-    import torch
-
     from tokembed.inspection.export import export_table
 
     table = _table(args)
-    fmt = _export_format(args.output, args.format)
-    ids = None
-    if args.top is not None:
-        if args.top < 1:
-            raise ValueError(f"--top must be >= 1, got {args.top}")
-        if table.counts is not None:  # the most frequent by the one rule: the table's counts, or --corpus
-            ids = torch.argsort(table.counts, descending=True, stable=True)[: args.top].tolist()
-        else:
-            ids = list(range(min(args.top, table.vocab_size)))
-            print(
-                f"note: {table.source} records no token counts, so --top keeps the first {len(ids)} ids, not the most "
-                "frequent (pass --corpus)",
-                file=sys.stderr,
-            )
+    fmt = _export_format(args.out, args.format)
+    ids = None if args.top is None else table.most_frequent(args.top)  # by the table's counts, or --corpus
+    if ids is not None and table.counts is None:
+        print(
+            f"note: {table.source} records no token counts, so --top keeps the first {len(ids)} ids, not the most "
+            "frequent (pass --corpus)",
+            file=sys.stderr,
+        )
     written = export_table(
-        table, args.output, format=fmt, ids=ids, which="positions" if args.positions else "tokens", overwrite=args.force
+        table,
+        args.out,
+        format=fmt,
+        ids=ids,
+        which="positions" if args.positions else "tokens",
+        overwrite=args.overwrite,
     )
     for p in written if isinstance(written, tuple) else (written,):
         print(f"wrote {p}")
     return 0
 
 
-COUNTS_HELP = (
-    "token counts: by default those the table records (a checkpoint written by `tokembed train`, or its "
-    "safetensors export); --corpus counts a text file, a folder of *.txt or a shard folder instead"
-)
-
-
 def _parents():
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--tokenizer",
-        default="gpt2",
-        help="tokenizer of tables that do not name one (.npy, GPT-2 weights): gpt2 (default), any `tokembed tokenizers` lists, a tokenizer file, or none (ids only)",
-    )
-    common.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    common.add_argument("--corpus", help="count tokens in this text / folder / shard folder instead. " + COUNTS_HELP)
-    common.add_argument(
-        "--min-count",
-        type=int,
-        default=None,
-        help="tokens read fewer times are marked under-trained (default 10)",
+    common = argparse.ArgumentParser(
+        add_help=False,
+        parents=[
+            options.tokenizer(
+                "the tokenizer of a table that names none (.npy, GPT-2 weights; none: ids only)", default="gpt2"
+            ),
+            options.json_output("print JSON instead of a table"),
+            options.counts(),
+            options.quiet(),
+            options.unverified(),
+        ],
     )
     wordopts = argparse.ArgumentParser(add_help=False)
     wordopts.add_argument(
@@ -368,12 +316,11 @@ def _register_word_questions(q, common, wordopts) -> None:
     s = q.add_parser(
         "neighbours",
         aliases=["nn"],
-        parents=[common, wordopts],
+        parents=[common, wordopts, options.top("neighbours listed per word", default=10, old=["--topn"])],
         help="nearest tokens by cosine similarity",
         description=WORD_HELP,
     )
-    s.add_argument("words", nargs="+", metavar="WORD")
-    s.add_argument("--topn", type=int, default=10)
+    s.add_argument("words", nargs="+", metavar="WORD", help="the words (or, with --ids, token ids) to look up")
     s.set_defaults(func=_cmd_neighbours)
     analogy_help = (
         "Rank tokens by cosine similarity to the mean of the unit vectors of the positive words "
@@ -381,40 +328,37 @@ def _register_word_questions(q, common, wordopts) -> None:
     )
     s = q.add_parser(
         "analogy",
-        parents=[common, wordopts],
+        parents=[common, wordopts, options.top("tokens listed", default=10, old=["--topn"])],
         help="gensim's most_similar(positive, negative)",
         description=analogy_help + WORD_HELP,
     )
-    s.add_argument("--positive", "-p", nargs="+", default=[], metavar="WORD")
-    s.add_argument("--negative", "-n", nargs="+", default=[], metavar="WORD")
-    s.add_argument("--topn", type=int, default=10)
+    s.add_argument("--positive", "-p", nargs="+", default=[], metavar="WORD", help="words added (king, woman)")
+    s.add_argument("--negative", "-n", nargs="+", default=[], metavar="WORD", help="words subtracted (man)")
     s.set_defaults(func=_cmd_analogy)
     s = q.add_parser(
         "similarity", parents=[common, wordopts], help="cosine similarity of two words", description=WORD_HELP
     )
-    s.add_argument("a", metavar="WORD_A")
-    s.add_argument("b", metavar="WORD_B")
+    s.add_argument("a", metavar="WORD_A", help="the first word (or token id, with --ids)")
+    s.add_argument("b", metavar="WORD_B", help="the second word (or token id, with --ids)")
     s.set_defaults(func=_cmd_similarity)
     s = q.add_parser("tokens", parents=[common], help="the tokens of a text with ids, embedding norms and counts")
-    s.add_argument("text", metavar="TEXT")
+    s.add_argument("text", metavar="TEXT", help="the text to tokenize")
     s.set_defaults(func=_cmd_tokens)
 
 
 def _register_table_questions(q, common) -> None:
     s = q.add_parser(
         "positions",
-        parents=[common],
+        parents=[common, options.top("positions (or distances) printed in full", default=16, old=["--show"])],
         help="what the positional scheme does: cosine between learned/sinusoidal positions; RoPE frequencies, "
         "ALiBi/T5 bias, Shaw vectors against distance",
     )
-    s.add_argument("--show", type=int, default=16, help="positions (or distances) printed in full (default 16)")
     s.set_defaults(func=_cmd_positions)
     s = q.add_parser(
         "undertrained",
-        parents=[common],
+        parents=[common, options.top("tokens printed (--json: all)", default=30, old=["--show"])],
         help="tokens read fewer than --min-count times, with Magikarp's indicators (Land & Bartolo 2024)",
     )
-    s.add_argument("--show", type=int, default=30, help="tokens printed (default 30; --json for all)")
     s.set_defaults(func=_cmd_undertrained)
     s = q.add_parser(
         "isotropy",
@@ -424,35 +368,64 @@ def _register_table_questions(q, common) -> None:
     s.set_defaults(func=_cmd_isotropy)
     s = q.add_parser("info", parents=[common], help="shape, tokenizer, positional scheme, norms, counts")
     s.set_defaults(func=_cmd_info)
-    s = q.add_parser("plot", parents=[common], help="draw one picture to a file (needs the extra 'plot')")
-    s.add_argument("kind", choices=["pca", "tsne", "positions", "norms", "loss", "isotropy"])
-    s.add_argument("-o", "--output", required=True, help="the image file (.png, .svg, .pdf)")
-    s.add_argument("--points", type=int, default=2000, help="tokens placed in a projection")
-    s.add_argument("--labels", type=int, default=40, help="tokens labelled in a projection")
-    s.add_argument("--force", action="store_true", help="replace an existing file")
+    s = q.add_parser(
+        "plot",
+        parents=[
+            common,
+            options.out("the image file (.png, .svg, .pdf)", metavar="FILE", old=["--output"]),
+            options.overwrite("an existing file", old=["--force"]),
+        ],
+        help="draw one picture to a file (needs the extra 'plot')",
+    )
+    s.add_argument("kind", choices=PLOT_KINDS, metavar="KIND", help="the picture: %(choices)s")
+    s.add_argument("--points", type=int, default=2000, help="tokens placed in a projection (default 2000)")
+    s.add_argument("--labels", type=int, default=40, help="tokens labelled in a projection (default 40)")
     s.set_defaults(func=_cmd_plot)
 
 
 def _register_report(subparsers) -> None:
+    from tokembed.inspection.report_config import ReportConfig  # torch-free: the defaults are the library's
+
     r = subparsers.add_parser(
         "report",
         help="one self-contained HTML page about an embedding table",
         description="Write an HTML page (pictures embedded, no network needed): projections, under-trained tokens, "
-        "isotropy, positions, norms, loss curve, neighbour tables. " + COUNTS_HELP + ".",
+        "isotropy, positions, norms, loss curve, neighbour tables. Token counts: " + options.COUNTS_HELP + ".",
+        parents=[
+            options.out(
+                "the HTML file to write", metavar="FILE", required=False, default="report.html", old=["--output"]
+            ),
+            options.overwrite("an existing file", old=["--force"]),
+            options.tokenizer(
+                "the tokenizer of a table that names none (.npy, GPT-2 weights; none: ids only)", default="gpt2"
+            ),
+            options.counts(),
+            options.top("neighbours listed per word", default=ReportConfig.topn, old=["--topn"]),
+            options.quiet(),
+            options.unverified(),
+        ],
     )
     r.add_argument("source", metavar="SOURCE", help="checkpoint directory, .npy/.safetensors table, or GPT-2 weights")
-    r.add_argument("-o", "--output", default="report.html", help="the HTML file to write (default report.html)")
-    r.add_argument("--corpus", help="count tokens in this text / folder / shard folder instead of the recorded counts")
-    r.add_argument("--min-count", type=int, default=None, help="tokens read fewer times are under-trained (default 10)")
     r.add_argument("--words", nargs="+", metavar="WORD", help="words whose neighbours are listed. " + WORD_HELP)
     r.add_argument("--space", action="store_true", help="put a space before each of --words")
-    r.add_argument("--topn", type=int, default=8)
-    r.add_argument("--points", type=int, default=1500, help="tokens placed in the projections")
-    r.add_argument("--labels", type=int, default=40, help="tokens labelled in the projections")
+    r.add_argument(
+        "--points",
+        type=int,
+        default=ReportConfig.n_points,
+        help="tokens placed in the projections (default %(default)s)",
+    )
+    r.add_argument(
+        "--labels",
+        type=int,
+        default=ReportConfig.label_top,
+        help="tokens labelled in the projections (default %(default)s)",
+    )
     r.add_argument("--no-tsne", action="store_true", help="skip the t-SNE map (drawn when scikit-learn is installed)")
-    r.add_argument("--tokenizer", default="gpt2", help=argparse.SUPPRESS)
-    r.add_argument("--force", action="store_true", help="replace an existing file")
     r.set_defaults(func=_cmd_report)
+
+
+PLOT_KINDS = ("pca", "tsne", "positions", "norms", "loss", "isotropy")  # inspection.plot.PICTURES (that imports torch)
+EXPORT_FORMATS = ("projector", "word2vec", "npy", "safetensors", "megatron", "nanogpt")
 
 
 def _register_export(subparsers) -> None:
@@ -460,45 +433,46 @@ def _register_export(subparsers) -> None:
         "export",
         help="write a table for TensorBoard's projector, word2vec tools, numpy or safetensors; "
         "or a shard folder for Megatron-LM or nanoGPT",
+        parents=[
+            options.out(
+                "file to write; a folder for --format projector and nanogpt (train.bin, val.bin); "
+                "a prefix for megatron (OUT.bin, OUT.idx)",
+                required=False,  # the old positional OUT may give it instead (checked in _cmd_export)
+            ),
+            options.overwrite("existing files", old=["--force"]),
+            options.tokenizer("the tokenizer of a table that names none", default="gpt2"),
+            options.counts(min_count=False),
+            options.top(
+                "only the N most frequent tokens (by the table's counts, or --corpus; without counts the first N ids)",
+                default=None,
+            ),
+            options.storage(),
+            options.unverified(),
+        ],
     )
     e.add_argument(
         "source",
         metavar="SOURCE",
         help="checkpoint directory, .npy/.safetensors table, or GPT-2 weights; a shard folder for megatron/nanogpt",
     )
-    e.add_argument(
-        "output",
-        metavar="OUT",
-        help="file to write; a folder for --format projector and nanogpt (train.bin, val.bin); "
-        "a prefix for megatron (OUT.bin, OUT.idx)",
-    )
+    e.add_argument("output", action=options.OldPositional, instead="--out", metavar="OUT")
     e.add_argument(
         "--format",
         "-f",
-        choices=["projector", "word2vec", "npy", "safetensors", "megatron", "nanogpt"],
+        choices=EXPORT_FORMATS,
         help="default: from OUT's suffix (.npy, .safetensors, .txt/.vec = word2vec, none = projector); "
         "megatron: Megatron-LM's indexed dataset of the train split; nanogpt: uint16 train.bin/val.bin",
     )
-    e.add_argument(
-        "--top",
-        type=int,
-        help="only the N most frequent tokens (by the table's counts, or --corpus; without counts the first N ids)",
-    )
-    e.add_argument("--corpus", help="count tokens in this text / folder / shard folder instead of the recorded counts")
     e.add_argument("--positions", action="store_true", help="export the position vectors instead of the token vectors")
-    e.add_argument("--tokenizer", default="gpt2", help="tokenizer of tables that do not name one")
     e.add_argument(
         "--split",
         choices=["train", "val", "all"],
         help="the shard split(s) to export: megatron default train (all: OUT_train and OUT_val), "
         "nanogpt default all (train.bin and val.bin)",
     )
-    e.add_argument("--force", action="store_true", help="replace existing files")
     e.set_defaults(func=_cmd_export)
 
 
 def _bars(args) -> bool:
-    """Progress bars for a person at a terminal; none in a pipe, a log, or with --json."""
-    import sys
-
-    return not getattr(args, "json", False) and sys.stderr.isatty()
+    """Progress bars for a person at a terminal; none in a pipe, a log, with --json or --quiet."""
+    return not getattr(args, "json", False) and not getattr(args, "quiet", False) and sys.stderr.isatty()

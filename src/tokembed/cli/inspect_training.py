@@ -31,7 +31,7 @@ def cmd_positions(args, table) -> int:
     for p in pictures:
         print(f"{p.title} ({p.ylabel} against {p.xlabel}):")
         for curve in p.curves:
-            print(f"  {curve.label:<22} " + "  ".join(f"{x:g}: {y:+.4g}" for x, y in _some_points(curve, args.show)))
+            print(f"  {curve.label:<22} " + "  ".join(f"{x:g}: {y:+.4g}" for x, y in _some_points(curve, args.top)))
     return 0
 
 
@@ -65,12 +65,12 @@ def _absolute_positions(args, table) -> int:
     print("mean cosine similarity between positions k apart:")
     for k, v in mean_sim.items():
         print(f"  k={k:<4d} {v:+.4f}")
-    show = list(range(min(P, args.show)))
+    show = list(range(min(P, args.top)))
     print("distance of each position's vector to its neighbours (mean of p-1, p+1):")
     for p in show:
         print(f"  {p:5d}  {float(dist[p]):.4f}")
     if len(show) < P:
-        print(f"  ... ({P - len(show)} more; --show N or --json for all)")
+        print(f"  ... ({P - len(show)} more; --top N or --json for all)")
     return 0
 
 
@@ -78,7 +78,7 @@ def cmd_undertrained(args, table) -> int:
     """The tokens read fewer than --min-count times, with Magikarp's indicators and how well they find them."""
     from tokembed.inspection.undertrained import undertrained_tokens
 
-    found = undertrained_tokens(table, limit=None if args.json else args.show)
+    found = undertrained_tokens(table, limit=None if args.json else args.top)
     if args.json:
         detections = {k: vars(v) for k, v in found.detection.items()}
         out = {"min_count": table.min_count, "counts": table.counts_source, "reference_ids": found.reference}
@@ -96,7 +96,7 @@ def cmd_undertrained(args, table) -> int:
         cos = f"{r.cosine:8.4f}" if r.cosine is not None else f"{'-':>8}"
         print(f"{r.id:6d}  {r.count:6,}  {r.norm:8.4f}  {cos}  {r.token!r}")
     if found.total > len(found.tokens):
-        print(f"  ... ({found.total - len(found.tokens):,} more; --show N or --json for all)")
+        print(f"  ... ({found.total - len(found.tokens):,} more; --top N or --json for all)")
     return 0
 
 

@@ -8,7 +8,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 from pathlib import Path
+
+from tokembed.cli import options
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -17,7 +20,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_prepare(sub: argparse._SubParsersAction) -> None:
+    from tokembed.shards.config import PrepareConfig  # torch-free: the defaults below are its
     from tokembed.shards.formats import formats, registered_codecs
+
+    def default(name: str):
+        return options.default_of(PrepareConfig, name)
 
     kinds = [f.title or f.name for f in formats(plugins=False)]
     codecs = " or ".join(c.suffix for c in registered_codecs(plugins=False))
@@ -25,13 +32,21 @@ def _add_prepare(sub: argparse._SubParsersAction) -> None:
         "prepare",
         help=f"tokenize {', '.join(kinds[:-1])} and {kinds[-1]} files (optionally {codecs}) into token shards",
         description="Tokenize a corpus into a shard folder: parallel, streaming, crash-safe (rerun the same command to resume).",
+        parents=[
+            options.out("the shard folder to create or resume", metavar="DIR"),
+            options.overwrite("a shard folder made from other inputs or options"),
+            options.tokenizer("the tokenizer to encode with", default=default("tokenizer")),
+            options.quiet(),
+            options.storage(),
+        ],
     )
     p.add_argument(
         "inputs", nargs="+", metavar="INPUT", help="files, folders (recursive), glob patterns, or - for standard input"
     )
-    p.add_argument("--out", "-o", type=Path, required=True, help="the shard folder to create or resume")
     p.add_argument(
-        "--field", default="text", help="JSON Lines field or Parquet column holding the text (default: text)"
+        "--field",
+        default=default("field"),
+        help=f"JSON Lines field or Parquet column holding the text (default: {default('field')})",
     )
     p.add_argument(
         "--format",
@@ -43,20 +58,27 @@ def _add_prepare(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--val-fraction",
         type=float,
-        default=0.0,
-        help="fraction of documents for the val split (by a hash of the text)",
+        default=default("val_fraction"),
+        help=f"fraction of documents for the val split, by a hash of the text (default {default('val_fraction')})",
     )
     p.add_argument(
-        "--shard-mb", type=float, default=8.0, help="MB of input per shard/work unit (default: 8; bounds memory)"
+        "--shard-mb",
+        type=float,
+        default=default("shard_mb"),
+        help=f"MB of input per shard/work unit (default {default('shard_mb')}; bounds memory)",
     )
-    _tokenizer_args(p)
+    _tokenizer_args(p, backend=default("backend"))
     p.add_argument("--strict", action="store_true", help="fail on invalid UTF-8 instead of replacing it")
     p.add_argument(
         "--skip-bad-lines", action="store_true", help="skip (and count) JSON lines that are invalid or lack --field"
     )
     _add_engine_options(p)
-    p.add_argument("--overwrite", action="store_true", help="replace a shard folder made from other inputs or options")
-    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar and no summary")
+    p.add_argument(
+        "--repair",
+        action="store_true",
+        help="check every shard of a finished folder (sha256) and make the damaged units again, byte-identical "
+        "(a plain rerun checks sizes only)",
+    )
     p.set_defaults(func=run_prepare)
 
 
@@ -85,7 +107,12 @@ def _input_format(name: str) -> str:
 
 
 def _add_engine_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--workers", type=int, default=0, help="tokenizing processes (default 0: all cores)")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=0,
+        help="tokenizing processes (default 0: one per CPU this process may use: its affinity and cgroup quota)",
+    )
     p.add_argument(
         "--engine",
         choices=["local", "ray"],
@@ -102,14 +129,19 @@ def _add_folder_commands(sub: argparse._SubParsersAction) -> None:
         "check",
         help="verify a shard folder (structure, counts, checksums)",
         description="Verify a shard folder; exit 1 when damaged.",
+        parents=[options.json_output(), options.storage()],
     )
-    c.add_argument("dir", type=Path)
+    c.add_argument("dir", type=Path, metavar="DIR", help="the shard folder to verify")
     c.set_defaults(func=run_check)
 
     _register_stats(sub)
 
-    m = sub.add_parser("merge", help="finish a folder written by `prepare --rank R --world-size N` on several machines")
-    m.add_argument("dir", type=Path)
+    m = sub.add_parser(
+        "merge",
+        help="finish a folder written by `prepare --rank R --world-size N` on several machines",
+        parents=[options.quiet(), options.storage()],
+    )
+    m.add_argument("dir", type=Path, metavar="DIR", help="the shard folder every rank wrote into")
     m.set_defaults(func=run_merge)
 
 
@@ -118,8 +150,19 @@ def _register_stats(sub: argparse._SubParsersAction) -> None:
         "stats",
         help="documents, tokens, shards and the window plan of a shard folder (per input file with --per-file); "
         "or, with --source or --mixture, what a run reads of each source of a mixture, per phase",
+        parents=[
+            options.windows(defaults=True),
+            options.json_output("print JSON (everything, per file included)"),
+            options.storage(),
+        ],
     )
-    s.add_argument("dir", type=Path, nargs="?", help="a shard folder (or leave it out and give --source or --mixture)")
+    s.add_argument(
+        "dir",
+        type=Path,
+        metavar="DIR",
+        nargs="?",
+        help="a shard folder (or leave it out and give --source or --mixture)",
+    )
     s.add_argument(
         "--source",
         action="append",
@@ -140,9 +183,6 @@ def _register_stats(sub: argparse._SubParsersAction) -> None:
         help="with --source or --mixture: the run's steps of batch-size x world-size windows (default: one "
         "nominal epoch, after the last phase starts)",
     )
-    s.add_argument("--max-length", type=int, default=256)
-    s.add_argument("--stride", type=int, default=None, help="default: max-length")
-    s.add_argument("--batch-size", type=int, default=8)
     s.add_argument(
         "--world-size",
         type=int,
@@ -157,25 +197,21 @@ def _register_stats(sub: argparse._SubParsersAction) -> None:
         help="also pack whole documents into windows of max-length and report the padding: a packer of "
         "tokembed.data.packing.PACKERS, e.g. best-fit (a wrong name lists them)",
     )
-    s.add_argument("--json", action="store_true", help="print JSON (everything, per file included)")
     s.set_defaults(func=run_stats)
 
 
-def _tokenizer_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--tokenizer",
-        default="gpt2",
-        help="gpt2 (default), r50k_base, p50k_base, cl100k_base, o200k_base, bytes, a tokenizer.json or a .tiktoken "
-        "file (`tokembed tokenizers` lists them)",
-    )
+def _tokenizer_args(p: argparse.ArgumentParser, *, backend: str) -> None:
+    """The options of a tokenizer file, and who encodes (--tokenizer itself comes from `options.tokenizer`)."""
+    from tokembed.shards.config import BACKENDS
+
     p.add_argument("--pattern", help="split regex of a .tiktoken file, or the encoding whose pattern it uses")
     p.add_argument("--eot", help="end-of-text token of a tokenizer.json that has none of the usual ones")
     p.add_argument(
         "--tokenize-backend",
-        choices=["auto", "tiktoken", "gigatoken"],
-        default="auto",
-        help="auto: gigatoken when installed (pip install 'tokembed[fast]') and exact for the tokenizer; "
-        "the shards are identical either way",
+        choices=BACKENDS,
+        default=backend,
+        help=f"who encodes (default {backend}; auto: gigatoken when installed (pip install 'tokembed[fast]') and "
+        "exact for the tokenizer, else tiktoken); the shards are identical either way",
     )
 
 
@@ -196,21 +232,26 @@ def run_prepare(args: argparse.Namespace) -> int:
         skip_bad_lines=args.skip_bad_lines,
     )
     try:
-        result = prepare_corpus(
-            args.inputs,
-            args.out,
-            config=config,
-            workers=args.workers,
-            engine=args.engine,
-            ray_address=args.ray_address,
-            rank=args.rank,
-            world_size=args.world_size,
-            overwrite=args.overwrite,
-            progress=False if args.quiet else None,
-        )
+        with warnings.catch_warnings(record=True) as caught:  # said once, plainly, even with --quiet
+            warnings.simplefilter("always", UserWarning)
+            result = prepare_corpus(
+                args.inputs,
+                args.out,
+                config=config,
+                workers=args.workers,
+                engine=args.engine,
+                ray_address=args.ray_address,
+                rank=args.rank,
+                world_size=args.world_size,
+                overwrite=args.overwrite,
+                repair=args.repair,
+                progress=False if args.quiet else None,
+            )
     except ImportError as e:  # an optional extra that is not installed (Ray)
         print(f"tokembed prepare: error: {e}", file=sys.stderr)
         return 2
+    for w in caught:
+        print(f"tokembed prepare: warning: {w.message}", file=sys.stderr)
     if args.quiet:
         return 0
     print(result.summary(), file=sys.stderr)
@@ -223,26 +264,26 @@ def run_prepare(args: argparse.Namespace) -> int:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    from tokembed.data.stats import shard_stats
-    from tokembed.shards.check import check_shards, manifest_sealed
+    from tokembed.shards.check import check_report
 
-    problems = check_shards(args.dir)
-    if problems:
-        for line in problems:
+    report = check_report(args.dir)
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=1))
+    elif not report.ok:
+        for line in report.problems:
             print(f"DAMAGED: {line}")
-        print(f"{args.dir}: {len(problems)} problem(s)", file=sys.stderr)
-        return 1
-    st = shard_stats(args.dir, max_length=None)
-    sizes = ", ".join(f"{k}: {v['shards']} shards, {v['tokens']:,} tokens" for k, v in st["splits"].items())
-    print(f"{args.dir}: OK ({sizes})")
-    if not manifest_sealed(args.dir):
+        print(f"{args.dir}: {len(report.problems)} problem(s)", file=sys.stderr)
+    else:
+        sizes = ", ".join(f"{k}: {v['shards']} shards, {v['tokens']:,} tokens" for k, v in report.splits.items())
+        print(f"{args.dir}: OK ({sizes})")
+    if report.sealed is False:
         print(
             f"note: {args.dir / 'manifest.json'} has no manifest_sha256 (an older tokembed wrote it): its content was "
             "checked against the schema, but an edit that leaves it well formed cannot be detected; "
             "`tokembed prepare ... --overwrite` writes it anew with one",
             file=sys.stderr,
         )
-    return 0
+    return 0 if report.ok else 1  # the same exit status with --json: 1 when damaged
 
 
 def run_mixture_stats(args: argparse.Namespace) -> int:
@@ -337,8 +378,11 @@ def run_stats(args: argparse.Namespace) -> int:
 def _stats_summary(st: dict) -> list[str]:
     """Per split: documents, tokens, shards, windows and batches per rank; the plan they assume."""
     n_bytes = sum(f.get("bytes") or 0 for f in st["inputs"])
+    what = f"{len(st['inputs'])} input files ({n_bytes:,} bytes)"
+    if st.get("format") == "megatron":
+        what = "a Megatron dataset (.bin/.idx)"
     lines = [
-        f"{st['root']}: {len(st['inputs'])} input files ({n_bytes:,} bytes), tokenizer {st['tokenizer']}, dtype {st['dtype']}",
+        f"{st['root']}: {what}, tokenizer {st['tokenizer'] or 'not recorded (read as GPT-2 ids)'}, dtype {st['dtype']}",
         f"{'split':<8}{'documents':>12}{'tokens':>15}{'shards':>8}{'windows':>13}{'batches/rank':>14}",
     ]
     for name, s in st["splits"].items():
@@ -382,6 +426,8 @@ def run_merge(args: argparse.Namespace) -> int:
     from tokembed.shards.prepare import merge_manifests
 
     manifest = merge_manifests(args.dir)
+    if args.quiet:
+        return 0
     sizes = ", ".join(
         f"{k}: {v['documents']:,} documents, {v['tokens']:,} tokens" for k, v in manifest["splits"].items()
     )

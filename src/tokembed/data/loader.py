@@ -325,6 +325,7 @@ class WindowLoader:
         return _Epoch(len(self.dataset), self.plan, self.rank, shuffle=self.shuffle, seed=self.seed, epoch=self._epoch)
 
     def __iter__(self) -> Iterator[Any]:
+        self.dataset.check_unchanged()  # each epoch: the folder it opened, not one prepared again since
         start, self._resume_at = self._resume_at, 0
         self._iter_id += 1
         self._done = start

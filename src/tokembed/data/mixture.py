@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from tokembed._checks import check_int
+from tokembed._paths import local_path
 from tokembed.data.schedule import PERIOD_MAX, Phase, QuotaSchedule, quota_period, quota_table
 
 __all__ = [
@@ -155,7 +156,7 @@ class Mixture:
         if len(pairs) > 255:
             raise ValueError(f"a Mixture takes at most 255 sources, got {len(pairs)}; merge some folders first")
         self.seed = check_int("seed", seed, min=0)
-        self.paths = tuple(Path(os.fspath(p)) for p, _ in pairs)
+        self.paths = tuple(local_path(os.fspath(p), what="the mixture source") for p, _ in pairs)
         raw = [check_weight(p, w) for p, w in pairs]
         self.given_weights = tuple(raw)
         distinct_sources(list(self.paths))

@@ -90,6 +90,10 @@ class MixtureWindows(SlidingWindowDataset):
         self._fingerprint = None
         self._perms: dict[tuple[int, int, int], FeistelPermutation] = {}  # (source, epoch, seed)
 
+    def check_unchanged(self) -> None:
+        for source in self.sources:
+            source.check_unchanged()
+
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         state["_perms"] = {}
@@ -128,7 +132,8 @@ class MixtureWindows(SlidingWindowDataset):
         epoch, pos = np.divmod(draw, self._sizes[source])
         if not shuffle:
             return (pos * len(self._sizes) + source).reshape(slots.shape)
-        perms, group = [], np.empty_like(pos)  # one permutation per (source, epoch) in the block
+        perms: list[FeistelPermutation] = []  # one permutation per (source, epoch) in the block
+        group = np.empty_like(pos)
         for s in np.flatnonzero(np.bincount(source, minlength=len(self._sizes))).tolist():
             sel = np.flatnonzero(source == s)
             first, last = int(epoch[sel].min()), int(epoch[sel].max())  # one or two epochs in a loader's block

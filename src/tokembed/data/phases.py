@@ -77,10 +77,11 @@ from typing import Any
 import numpy as np
 
 from tokembed._checks import check_int
+from tokembed._paths import local_path
 from tokembed.data.mixture import check_weight, common_tokenizer, distinct_sources, quota_of
 from tokembed.data.schedule import Phase, PhaseSchedule, first_slot
 
-__all__ = ["PhasedMixture", "check_end", "load_schedule", "mixture_from_spec", "schedule_decides"]
+__all__ = ["PhasedMixture", "check_end", "load_schedule", "mixture_from_spec", "schedule_decides", "spec_paths"]
 
 _MAX_SOURCES = 255  # source numbers are stored as uint8 in the quota tables
 
@@ -218,7 +219,7 @@ class PhasedMixture:
     @staticmethod
     def _number(pairs, where: str, numbered: dict, paths: list, first_phase: list) -> tuple[tuple[int, float], ...]:
         """The phase's ``(source number, weight)`` pairs; new sources get the next numbers."""
-        given = [Path(os.fspath(p)) for p, _ in pairs]
+        given = [local_path(os.fspath(p), what=f"{where}: the mixture source") for p, _ in pairs]
         try:
             distinct_sources(given)
         except ValueError as e:
@@ -361,6 +362,13 @@ def schedule_decides(saved_spec: Any, spec: Any) -> bool:
         and ("phases" in saved_spec or "phases" in spec)
         and saved_spec.get("seed") == spec.get("seed")
     )
+
+
+def spec_paths(spec: Mapping[str, Any]) -> list[str]:
+    """The source paths of a `Mixture`'s or `PhasedMixture`'s spec, each once, in source-number order (a phased
+    spec: by first appearance), without opening them (they may have moved)."""
+    lists = [ph["sources"] for ph in spec["phases"]] if "phases" in spec else [spec["sources"]]
+    return list(dict.fromkeys(str(p) for pairs in lists for p, _ in pairs))
 
 
 def mixture_from_spec(spec: Any) -> Any:

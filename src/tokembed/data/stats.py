@@ -7,6 +7,7 @@ from typing import Any
 
 from tokembed._checks import check_int, check_positive_int
 from tokembed.data.plan import plan
+from tokembed.shards import megatron
 from tokembed.shards.format import read_manifest
 
 __all__ = ["mixture_stats", "shard_stats"]
@@ -24,7 +25,8 @@ def shard_stats(
     """Counts of a shard folder, per split and per input file, and the window plan of each split.
 
     Args:
-        root: the shard folder.
+        root: the shard folder, or a Megatron prefix (one split, "train"; no inputs; its tokenizer is the one
+            tokembed's export recorded, else None).
         max_length, stride, batch_size, drop_last: the loader settings to plan for (``stride`` defaults to
             ``max_length``); ``max_length=None`` leaves the plan out.
         packing: also pack each split's documents into windows of ``max_length`` with this packer
@@ -36,9 +38,13 @@ def shard_stats(
         "tokens", "chars", "text_bytes", "tokens_per_char", "tokens_per_byte", ...}], "dtype", "tokenizer"}``.
         Token counts per input exclude the ``<|endoftext|>`` separators; split totals include them.
     """
-    manifest = read_manifest(root)
+    if megatron.is_megatron_prefix(root):
+        manifest = _megatron_manifest(root)
+    else:
+        manifest = read_manifest(root)
     out: dict[str, Any] = {
         "root": str(root),
+        "format": "megatron" if megatron.is_megatron_prefix(root) else "tokembed-shards",
         "tokenizer": manifest["tokenizer"].get("name"),
         "dtype": manifest["dtype"],
         "splits": {},
@@ -75,6 +81,15 @@ def _packing_stats(root, split: str, *, max_length: int | None, packing: str) ->
         raise ValueError(f"packing={packing!r} packs into windows of max_length tokens; give max_length")
     ss = open_shards(root, split=split)
     return plan_packing(ss.doc_starts(), ss.n_tokens, max_length=max_length, packer=packing).stats()
+
+
+def _megatron_manifest(prefix: str | os.PathLike) -> dict[str, Any]:
+    """A Megatron dataset's counts in a manifest's shape: one split ("train"), one shard, no inputs."""
+    from tokembed.shards.reader import open_megatron
+
+    ss = open_megatron(prefix)
+    split = {"documents": ss.n_documents, "tokens": ss.n_tokens, "shards": [s.to_dict() for s in ss.shards]}
+    return {"tokenizer": ss.manifest["tokenizer"], "dtype": ss.dtype.name, "splits": {"train": split}, "inputs": []}
 
 
 def mixture_stats(

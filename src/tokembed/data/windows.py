@@ -14,6 +14,7 @@ import numbers
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -25,13 +26,13 @@ from tokembed.data.plan import window_count
 from tokembed.shards import format as shard_format
 from tokembed.shards import reader as shard_reader
 from tokembed.shards.megatron import is_megatron_prefix
-from tokembed.tokenizer import ENDOFTEXT, get_tokenizer
+from tokembed.tokenizer import ENDOFTEXT, TokenizerLike, get_tokenizer
 from tokembed.tokenizer.gpt2 import GPT2_EOT
 
 __all__ = ["SlidingWindowDataset", "check_window_args", "collate_windows", "encode_text"]
 
 
-def encode_text(txt: str, tokenizer=None) -> np.ndarray:
+def encode_text(txt: str, tokenizer: TokenizerLike | None = None) -> np.ndarray:
     """Encode ``txt`` as the chapter does (``allowed_special={"<|endoftext|>"}``) into a compact array.
 
     Args:
@@ -46,7 +47,9 @@ def encode_text(txt: str, tokenizer=None) -> np.ndarray:
         raise TypeError(f"txt must be a str, got {type(txt).__name__}{hint}")
     if not txt:
         raise ValueError("txt is empty: give a text of at least max_length + 1 tokens")
-    enc = get_tokenizer("gpt2") if tokenizer is None else tokenizer
+    if tokenizer is None or isinstance(tokenizer, (str, os.PathLike)):
+        tokenizer = get_tokenizer(tokenizer or "gpt2")
+    enc: Any = tokenizer  # anything with tiktoken's encode (the book's own tokenizer objects too)
     if hasattr(enc, "encode_to_numpy") and getattr(enc, "n_vocab", None):
         # tiktoken >= 0.8 writes the ids straight into a buffer: no list of Python ints (28 bytes each).
         ids = enc.encode_to_numpy(txt, allowed_special={ENDOFTEXT})  # (N,) uint32
@@ -241,7 +244,7 @@ class SlidingWindowDataset(Dataset):
         split: str | None = None,
         verify: bool = False,
         eot_token: int | None = None,
-        tokenizer=None,
+        tokenizer: TokenizerLike | None = None,
         text: str | None = None,
     ) -> None:
         self.max_length = check_positive_int("max_length", max_length)
@@ -272,7 +275,8 @@ class SlidingWindowDataset(Dataset):
             text = source
         if text is not None:
             _refuse("a text", split=split, verify=verify)
-            enc = get_tokenizer("gpt2") if tokenizer is None else tokenizer
+            named = tokenizer is None or isinstance(tokenizer, (str, os.PathLike))
+            enc: Any = get_tokenizer(tokenizer or "gpt2") if named else tokenizer
             arr = encode_text(text, enc)
             self.source_kind = "text"
             self.eot_token = int(getattr(enc, "eot_token", GPT2_EOT)) if eot_token is None else int(eot_token)
@@ -404,6 +408,12 @@ class SlidingWindowDataset(Dataset):
             return k * self.stride
         d = np.searchsorted(self._doc_first, k, side="right") - 1  # the document of each window
         return self._doc_start[d] + (k - self._doc_first[d]) * self.stride
+
+    def check_unchanged(self) -> None:
+        """Raise `tokembed.shards.reader.ShardsChangedError` when the shards were prepared again since they were
+        opened (the loader asks at every epoch: maps made before stay on the files they opened)."""
+        if self._shards is not None:
+            self._shards.check_unchanged()
 
     def _views(self) -> dict[int, np.ndarray]:
         """This process's row views, one per segment, made on first use (so each worker opens its own maps)."""

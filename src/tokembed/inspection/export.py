@@ -26,14 +26,16 @@ replaced with ``overwrite=True``.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from tokembed._atomic import atomic_create, check_target
-from tokembed._paths import local_path, refuse_inside_checkpoint
+from tokembed._paths import output_path, refuse_inside_checkpoint
 from tokembed.inspection.table import EXPORT_FORMAT, EmbeddingTable
+from tokembed.tokenizer.base import TokenizerLike
 
 __all__ = ["EXPORT_FORMATS", "export_table"]
 
@@ -188,10 +190,12 @@ _WRITERS = {
 }
 
 
-def _tokenizer_source(tokenizer) -> str:
+def _tokenizer_source(tokenizer: TokenizerLike | None) -> str:
     """What `tokembed.get_tokenizer` rebuilds the table's tokenizer from: its name, or its file's path."""
     if tokenizer is None:
         return "none"
+    if isinstance(tokenizer, (str, os.PathLike)):
+        return os.fspath(tokenizer)
     from tokembed.tokenizer import tokenizer_identity
 
     try:
@@ -224,5 +228,5 @@ def export_table(
     """
     if format not in _WRITERS:
         raise ValueError(f"unknown export format {format!r}; choose one of {', '.join(EXPORT_FORMATS)}")
-    refuse_inside_checkpoint(local_path(out, what="the output"))  # `tokembed train` owns what is in there
+    refuse_inside_checkpoint(output_path(out, what="the output"))  # `tokembed train` owns what is in there
     return _WRITERS[format](table, out, ids=ids, which=which, overwrite=overwrite)

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tokembed._paths import local_path
 from tokembed.inspection.table import EmbeddingTable
 from tokembed.model.checkpoint import CHECKPOINT_FORMAT
+from tokembed.tokenizer.base import TokenizerLike
 
 __all__ = ["is_tokembed_checkpoint", "load_table"]
 
@@ -22,7 +24,9 @@ def is_tokembed_checkpoint(path: Path) -> bool:
     return isinstance(config, dict) and config.get("format") == CHECKPOINT_FORMAT
 
 
-def load_table(source: str | Path, *, tokenizer="gpt2") -> EmbeddingTable:
+def load_table(
+    source: str | Path, *, tokenizer: TokenizerLike | None = "gpt2", allow_unverified: bool = False
+) -> EmbeddingTable:
     """Open any embedding table: a checkpoint directory, an exported table, or GPT-2's own weights.
 
     Args:
@@ -30,12 +34,13 @@ def load_table(source: str | Path, *, tokenizer="gpt2") -> EmbeddingTable:
             ``tokembed export``; GPT-2's ``model.safetensors`` / ``pytorch_model.bin`` / the book's
             ``model.pth``, or a folder holding one.
         tokenizer: for tables that do not name theirs (``.npy``, GPT-2 weights).
+        allow_unverified: open a checkpoint without sha256.json (written before tokembed 0.2).
 
     Raises:
         FileNotFoundError: nothing at ``source``.
         ValueError: ``source`` is none of the above.
     """
-    path = Path(source)
+    path = local_path(source, what="the table")
     if not path.exists():
         raise FileNotFoundError(
             f"{path} does not exist; pass a checkpoint directory, a .npy/.safetensors table or GPT-2 weights"
@@ -44,7 +49,8 @@ def load_table(source: str | Path, *, tokenizer="gpt2") -> EmbeddingTable:
         if is_tokembed_checkpoint(path) or not any(
             (path / name).is_file() for name in ("model.safetensors", "pytorch_model.bin", "model.pth", "model.pt")
         ):
-            return EmbeddingTable.from_checkpoint(path)  # also says what is wrong with a folder that is neither
+            # also says what is wrong with a folder that is neither
+            return EmbeddingTable.from_checkpoint(path, allow_unverified=allow_unverified)
         return EmbeddingTable.from_gpt2(path, tokenizer=tokenizer)  # a Hugging Face snapshot folder
     if path.suffix in (".npy", ".safetensors"):
         return EmbeddingTable.from_file(path, tokenizer=tokenizer)

@@ -313,21 +313,32 @@ def text_tokens(given) -> str:
     )
 
 
+def data_sources(data: str | dict | None) -> list[Path]:
+    """The paths a checkpoint's data record names: one text file or shard folder, or a mixture's sources (its
+    spec, ``{"sources": [[path, weight], ...], "seed"}``), in the mixture's order."""
+    if isinstance(data, dict):
+        return [Path(str(src[0])) for src in data.get("sources") or [] if isinstance(src, (list, tuple)) and src]
+    return [Path(data)] if data else []
+
+
 def _sample_text(given) -> tuple[str, str]:
-    """The start of the run's own training data (text file or shard folder), else the chapter's sentence."""
+    """The start of the run's own training data (text file or shard folder; a mixture's first source), else the
+    chapter's sentence."""
     if given.config.text is not None:
         return given.config.text, "the given text"
     data = ((given.checkpoint_config or {}).get("train") or {}).get("data")
-    path = Path(data) if data else None
+    sources = data_sources(data)
+    of = f" (the first of the mixture's {len(sources)} sources)" if isinstance(data, dict) else ""
+    path = sources[0] if sources else None
     if path is not None and path.is_file():
         with open(path, encoding="utf-8", errors="replace") as f:
-            return f.read(200), f"the start of the training data {path}"
-    if path is not None and (path / "manifest.json").is_file():
+            return f.read(200), f"the start of the training data {path}{of}"
+    if path is not None and ((path / "manifest.json").is_file() or Path(f"{path}.idx").is_file()):
         from tokembed.shards.reader import open_shards
 
         shards = open_shards(path, split="train")
         ids = [int(i) for i in shards.read(0, min(60, shards.n_tokens))]
-        return given.table.tokenizer.decode(ids), f"the start of the training data {path}"
+        return given.table.tokenizer.decode(ids), f"the start of the training data {path}{of}"
     return DEFAULT_TEXT, "the chapter's story (the table records no training data to read)"
 
 
@@ -407,8 +418,8 @@ def _train_settings(train: dict) -> dict:
     if train.get("stride") is None and "max_length" in train:
         out["train.stride"] = f"{train['max_length']} (max_length: windows do not overlap)"
     data = train.get("data")
-    if data and Path(data).is_dir():
-        out.pop("train.val_fraction", None)  # a shard folder brings its own val split
+    if isinstance(data, dict) or (data and Path(data).is_dir()):
+        out.pop("train.val_fraction", None)  # shard folders (a mixture's too) bring their own val split
     return out
 
 

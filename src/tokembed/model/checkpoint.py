@@ -9,7 +9,9 @@
     CKPT/log.json             {"train": [{"step", "tokens", "loss", "lr", "tokens_per_s"}, ...], "val": [{"step", "loss"}, ...]}
     CKPT/loss.png             the loss curves (when matplotlib is installed)
     CKPT/token_counts.safetensors  (V,) how many times training read each id (``tokembed.training.counts``)
-    CKPT/sha256.json          {file name: sha256} of every file above, written last
+    CKPT/sha256.json          {"format": "tokembed-checksums", "files": {file name: sha256} of every file above,
+                               "sha256": sha256 of json.dumps(files, sort_keys=True, separators=(",", ":"))},
+                               written last (tokembed 0.1 wrote the bare {file name: sha256})
 
 Saving writes everything into ``CKPT.tmp-XXXX/`` beside ``CKPT`` (marked as tokembed's by a file that names the
 folder, `tokembed._atomic.write_marker`), fsyncs each file, then renames the previous checkpoint to
@@ -19,6 +21,12 @@ Only folders whose marker names them, and in them only the files tokembed wrote,
 ``CKPT.tmp-mydata/`` or ``CKPT.old-backup/`` is never touched. If the process dies between the two renames, there is
 no ``CKPT`` and the previous checkpoint is the newest ``CKPT.step-*``; resuming takes the newest complete one
 (`resume_checkpoint`). Folders and files get the modes ``open`` gives (the umask).
+
+Reading verifies every file against ``sha256.json`` first (`verify_checkpoint`: ``load_checkpoint`` and so
+``eval``, ``inspect`` and ``report``, and ``--resume``), so a flipped bit anywhere, sha256.json included, is an
+error naming that file, never a silently different model. A checkpoint without sha256.json, or whose sha256.json
+leaves out a file it holds, is an error; ``allow_unverified=True`` (``--allow-unverified``) reads one written
+before tokembed 0.2 unverified, and a file that cannot be parsed is named all the same (`read_checkpoint_file`).
 """
 
 from __future__ import annotations
@@ -39,7 +47,15 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from tokembed._atomic import MARKER, fsync_dir, read_marker, remove_marked, remove_unmarked_start, write_marker
+from tokembed._atomic import (
+    MARKER,
+    fsync_dir,
+    read_marker,
+    remove_marked,
+    remove_unmarked_start,
+    write_failure,
+    write_marker,
+)
 from tokembed._checks import check_positive_int
 from tokembed._paths import CHECKPOINT_FORMAT, local_path
 from tokembed._plot import write_loss_png
@@ -60,8 +76,20 @@ __all__ = [
 
 CHECKPOINT_VERSION = 1
 CHECKSUMS = "sha256.json"
-# The files tokembed writes into a checkpoint (those of `save_checkpoint`'s extra_files are listed in sha256.json).
-OWN_FILES = ("config.json", "model.safetensors", "optimizer.pt", "state.json", "log.json", "loss.png", CHECKSUMS)
+# The files tokembed writes into a checkpoint (others of `save_checkpoint`'s extra_files are listed in sha256.json).
+OWN_FILES = (
+    "config.json",
+    "model.safetensors",
+    "optimizer.pt",
+    "state.json",
+    "log.json",
+    "loss.png",
+    "token_counts.safetensors",  # tokembed.training.counts.COUNTS_FILE
+    CHECKSUMS,
+)
+REQUIRED = ("config.json", "model.safetensors")  # listed in every sha256.json
+_CHECKSUMS_FORMAT = "tokembed-checksums"
+_HEX64 = re.compile(r"[0-9a-f]{64}")
 _KEPT = re.compile(r"\.step-(\d+)(\.\d+)?")
 
 
@@ -147,11 +175,14 @@ def save_checkpoint(
         for p in tmp.iterdir():
             os.chmod(p, 0o666 & ~_umask())  # safetensors writes 0600: give every file the mode open() would
         sums = {n: _sha256(tmp / n) for n in sorted(own) if n != CHECKSUMS and (tmp / n).is_file()}
-        _write_json(tmp / CHECKSUMS, sums)  # last: it vouches for every file before it
+        _write_json(tmp / CHECKSUMS, _checksum_document(sums))  # last: it vouches for every file before it
         fsync_dir(tmp)
-    except BaseException:
+    except BaseException as e:
+        full = write_failure(e, path, what=f"the checkpoint {path} is the previous one, intact")  # before cleaning
         with contextlib.suppress(OSError):
             remove_marked(tmp, own)
+        if full is not None:  # a full disk: torch says "PytorchStreamWriter failed writing file", safetensors less
+            raise full from None
         raise
     _swap_in(tmp, path, keep=keep)
     return path
@@ -206,18 +237,33 @@ def _remove_stale_saves(path: Path) -> None:
                 remove_marked(p, marker.get("files", OWN_FILES))
 
 
-def _checksum_entries(sums: object) -> dict[str, str]:
-    """``{file name: sha256}`` from a parsed sha256.json."""
-    if not isinstance(sums, dict):
-        raise ValueError("sha256.json is not a JSON object")
-    return {str(k): v for k, v in sums.items()}
+def _digest_of(files: Mapping[str, str]) -> str:
+    return hashlib.sha256(json.dumps(dict(files), sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _checksum_document(files: Mapping[str, str]) -> dict[str, Any]:
+    """sha256.json's content: the files' sha256 and a sha256 of that list (so damage to it is named as its own)."""
+    return {"format": _CHECKSUMS_FORMAT, "files": dict(files), "sha256": _digest_of(files)}
+
+
+def _checksum_entries(doc: object) -> dict[str, str] | None:
+    """``{file name: sha256}`` of a parsed sha256.json, or None when it is not one (or fails its own sha256).
+    tokembed 0.1 wrote the bare ``{name: sha256}`` (no seal of its own): read as it is."""
+    if isinstance(doc, dict) and doc.get("format") == _CHECKSUMS_FORMAT:
+        files = doc.get("files")
+        if not isinstance(files, dict) or doc.get("sha256") != _digest_of(files):
+            return None
+        return {str(k): v for k, v in files.items()}
+    if isinstance(doc, dict) and doc and all(isinstance(v, str) and _HEX64.fullmatch(v) for v in doc.values()):
+        return {str(k): v for k, v in doc.items()}
+    return None
 
 
 def _own_names(folder: Path) -> set[str]:
     """The files of checkpoint ``folder`` that tokembed wrote: the known ones and those its sha256.json lists."""
     names = set(OWN_FILES)
-    with contextlib.suppress(OSError, ValueError, AttributeError):
-        names |= {str(n) for n in _checksum_entries(json.loads((folder / CHECKSUMS).read_text(encoding="utf-8")))}
+    with contextlib.suppress(OSError, ValueError):
+        names |= set(_checksum_entries(json.loads((folder / CHECKSUMS).read_text(encoding="utf-8"))) or {})
     return names
 
 
@@ -291,24 +337,25 @@ def _swap_in(tmp: Path, path: Path, *, keep: int) -> None:
             remove_marked(old, (read_marker(old) or {}).get("files", OWN_FILES))
 
 
-def resume_checkpoint(path: str | os.PathLike) -> None:
+def resume_checkpoint(path: str | os.PathLike, *, allow_unverified: bool = False) -> None:
     """Make ``path`` the newest complete checkpoint of its run before a resume.
 
     When ``path`` is missing (a save killed between its renames) or fails its checksums while a kept previous
     checkpoint (``CKPT.step-*``) is complete, that one is renamed to ``path`` and a warning says so; a damaged
-    ``path`` is moved aside to ``CKPT.damaged-XXXX`` first (never deleted). Otherwise nothing changes: loading
-    ``path`` then reports what is wrong with it.
+    ``path`` is moved aside to ``CKPT.damaged-XXXX`` first (never deleted). Otherwise a damaged ``path`` is an
+    error naming the damaged file, before anything else is read from it.
     """
     path = Path(path)
     kept = kept_checkpoints(path)
-    if not kept:
-        return
     problem = "missing (a save was interrupted between its renames)"
-    if path.exists():
+    if path.is_dir():
         try:
-            verify_checkpoint(path)
+            read_checkpoint_config(path)
+            verify_checkpoint(path, allow_unverified=allow_unverified)
             return
         except (OSError, ValueError) as e:
+            if not kept:
+                raise
             problem = f"damaged ({str(e).split('; ')[0]})"
     for step, previous in kept:
         try:
@@ -343,22 +390,81 @@ def interrupted_save_hint(path: Path) -> str:
     return f"; a save was interrupted: the previous checkpoint is {olds[-1]} (move it to {path})" if olds else ""
 
 
-def verify_checkpoint(path: str | os.PathLike) -> bool:
+def verify_checkpoint(path: str | os.PathLike, *, allow_unverified: bool = False) -> bool:
     """Check every file of checkpoint ``path`` against its ``sha256.json``.
 
+    Every checkpoint tokembed writes has one, listing every file it wrote, with a sha256 of that list itself;
+    a checkpoint without one is refused unless ``allow_unverified`` (for checkpoints written before tokembed 0.2),
+    which warns once and is remembered for ``path`` in this process. A check passed before is not repeated while
+    the files are unchanged (same size, time and inode).
+
     Returns:
-        True when verified; False for a checkpoint written before checksums existed (nothing to verify).
+        True when verified; False for a checkpoint without sha256.json loaded with ``allow_unverified``.
 
     Raises:
-        ValueError: a file is damaged or missing, or ``sha256.json`` itself is; the message names the file.
+        ValueError: a file is damaged or missing, or ``sha256.json`` is missing, damaged or incomplete; the
+            message names the damaged file.
     """
     path = Path(path)
+    key = os.path.realpath(path)
     if not (path / CHECKSUMS).is_file():
-        return False
-    sums = read_checkpoint_file(path, CHECKSUMS, lambda p: json.loads(p.read_text(encoding="utf-8")))
-    if not isinstance(sums, dict):
-        raise ValueError(f"checkpoint file {path / CHECKSUMS} is damaged (not a JSON object); {_DAMAGED_HINT}")
-    for name, digest in sums.items():
+        if allow_unverified and key not in _UNVERIFIED:
+            warnings.warn(
+                f"checkpoint {path} has no {CHECKSUMS}: loaded without verification (allow_unverified); "
+                "a damaged file in it goes unnoticed",
+                stacklevel=2,
+            )
+            _UNVERIFIED.add(key)
+        if key in _UNVERIFIED:
+            return False
+        raise ValueError(
+            f"checkpoint {path} has no {CHECKSUMS}: every checkpoint tokembed writes has one, so it was deleted "
+            f"({_DAMAGED_HINT}), or the checkpoint was written before tokembed 0.2: load that without verification "
+            "with allow_unverified=True (--allow-unverified)"
+        )
+    files = _read_checksums(path)
+    present = [n for n in OWN_FILES if n != CHECKSUMS and (path / n).is_file()]
+    unlisted = [n for n in dict.fromkeys([*REQUIRED, *present]) if n not in files]
+    if unlisted:
+        raise ValueError(
+            f"checkpoint file {path / CHECKSUMS} is incomplete: it lists no {unlisted[0]} (every checkpoint lists "
+            f"each file it holds); {_DAMAGED_HINT}"
+        )
+    stamp = _stamp(path, files)
+    if _VERIFIED.get(key) != stamp:
+        _check_files(path, files)
+        _VERIFIED[key] = stamp
+    return True
+
+
+_VERIFIED: dict[str, tuple] = {}  # checkpoint -> the files' stat when they last verified
+_UNVERIFIED: set[str] = set()  # checkpoints without sha256.json accepted with allow_unverified
+
+
+def _stamp(path: Path, files: Mapping[str, str]) -> tuple:
+    stats = []
+    for name in sorted([*files, CHECKSUMS]):
+        try:
+            st = os.stat(path / name)
+        except OSError:
+            return ()
+        stats.append((name, st.st_size, st.st_mtime_ns, st.st_ino))
+    return tuple(stats)
+
+
+def _read_checksums(path: Path) -> dict[str, str]:
+    doc = read_checkpoint_file(path, CHECKSUMS, lambda p: json.loads(p.read_text(encoding="utf-8")))
+    files = _checksum_entries(doc)
+    if files is None:
+        raise ValueError(
+            f"checkpoint file {path / CHECKSUMS} is damaged (not tokembed's checksums, or its own sha256 differs from "
+            f"the one saved with it); {_DAMAGED_HINT}"
+        )
+    return files
+
+
+def _check_files(path: Path, files: Mapping[str, str]) -> None:
+    for name, digest in files.items():
         p = path / str(name)
         if not p.is_file() or "/" in str(name):
             raise ValueError(f"checkpoint file {p} is missing; {_DAMAGED_HINT}")
@@ -366,10 +472,58 @@ def verify_checkpoint(path: str | os.PathLike) -> bool:
             raise ValueError(
                 f"checkpoint file {p} is damaged (its sha256 differs from the one saved with it); {_DAMAGED_HINT}"
             )
-    return True
+
+
+def _explain(path: Path) -> None:
+    """When reading failed: name a damaged file if the checksums show one (nothing more to say without them)."""
+    if (path / CHECKSUMS).is_file():
+        verify_checkpoint(path)
 
 
 _DAMAGED_HINT = "restore the checkpoint from a copy, or train again into a new --out"
+
+
+def _utf8(path: Path) -> bool:
+    try:
+        os.fsencode(path).decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def read_safetensors(path: Path, *, device: str = "cpu") -> dict[str, torch.Tensor]:
+    """A safetensors file's tensors. safetensors takes a path only as UTF-8 text: a checkpoint in a folder whose
+    name is not UTF-8 (bytes ``os.fsdecode`` keeps as surrogates) is read through its bytes instead."""
+    if _utf8(path):
+        return load_file(str(path), device=device)
+    from safetensors.torch import load
+
+    return {k: v.to(device) for k, v in load(Path(path).read_bytes()).items()}
+
+
+@contextlib.contextmanager
+def open_safetensors(path: Path):
+    """``safetensors.safe_open(path)`` (tensors read on demand), for a path that is not UTF-8 too (all read)."""
+    from safetensors import safe_open
+
+    if _utf8(path):
+        with safe_open(str(path), framework="pt") as f:
+            yield f
+    else:
+        yield _Tensors(read_safetensors(path))
+
+
+class _Tensors:
+    """What `open_safetensors` yields for a path safetensors cannot open: the tensors, read already."""
+
+    def __init__(self, tensors: dict[str, torch.Tensor]) -> None:
+        self.tensors = tensors
+
+    def keys(self) -> list[str]:
+        return list(self.tensors)
+
+    def get_tensor(self, key: str) -> torch.Tensor:
+        return self.tensors[key]
 
 
 def read_checkpoint_file(path: Path, name: str, reader: Callable[[Path], Any]) -> Any:
@@ -390,7 +544,7 @@ def read_checkpoint_file(path: Path, name: str, reader: Callable[[Path], Any]) -
 def read_checkpoint_config(path: str | os.PathLike) -> dict:
     """Read and check ``CKPT/config.json``; errors say what is wrong and what to do. (The files' checksums
     are verified by `load_checkpoint`, resume and ``inspect``: `verify_checkpoint`.)"""
-    path = Path(path)
+    path = local_path(path, what="the checkpoint")
     if not path.exists():
         raise FileNotFoundError(f"checkpoint {path} does not exist{interrupted_save_hint(path)}")
     if not path.is_dir():
@@ -405,7 +559,7 @@ def read_checkpoint_config(path: str | os.PathLike) -> dict:
     try:
         return _parse_config(cfg_path)
     except ValueError:
-        verify_checkpoint(path)  # a damaged file is the better explanation, when the checksums show one
+        _explain(path)  # a damaged file is the better explanation, when the checksums show one
         raise
 
 
@@ -425,22 +579,30 @@ def _parse_config(cfg_path: Path) -> dict:
     return config
 
 
-def load_checkpoint(path: str | os.PathLike, *, map_location: str | torch.device = "cpu") -> tuple[GPT, dict]:
-    """Load a checkpoint written by ``tokembed train``.
+def load_checkpoint(
+    path: str | os.PathLike, *, map_location: str | torch.device = "cpu", allow_unverified: bool = False
+) -> tuple[GPT, dict]:
+    """Load a checkpoint written by ``tokembed train``, verified first (`verify_checkpoint`): whatever is
+    wrong, the damaged file is the one named.
+
+    Args:
+        allow_unverified: load a checkpoint that has no sha256.json (written before tokembed 0.2).
 
     Returns:
-        (model, config): the ``GPT`` with its weights (in eval mode) and the parsed ``config.json``.
+        (model, config): the ``GPT`` with its weights (in eval mode) and the parsed ``config.json``. The
+        model's ``tokenizer_record`` is the training data's tokenizer (``"gpt2"`` for checkpoints that predate
+        the record), so ``EmbeddingTable.from_model(model)`` labels its rows with the right tokenizer.
     """
     path = Path(path)
     config = read_checkpoint_config(path)
+    verify_checkpoint(path, allow_unverified=allow_unverified)
     if not (path / "model.safetensors").exists():
         raise FileNotFoundError(f"checkpoint {path} has no model.safetensors; the checkpoint is incomplete")
-    state = read_checkpoint_file(path, "model.safetensors", lambda p: load_file(str(p), device=str(map_location)))
+    state = read_checkpoint_file(path, "model.safetensors", lambda p: read_safetensors(p, device=str(map_location)))
     try:
         model = GPT(GPTConfig.from_dict(config["model"]))
         missing, unexpected = model.load_state_dict(state, strict=False)
     except (ValueError, TypeError, KeyError, RuntimeError) as e:
-        verify_checkpoint(path)  # a damaged file explains a mismatch best: named first
         raise ValueError(f"checkpoint {path} does not match its config ({str(e).splitlines()[0]})") from None
     if model.config.tie_embeddings:
         missing = [k for k in missing if k != "head.weight"]  # the token table, shared
@@ -448,7 +610,7 @@ def load_checkpoint(path: str | os.PathLike, *, map_location: str | torch.device
         raise ValueError(
             f"checkpoint {path} does not match its config: missing weights {missing}, unexpected weights {unexpected}"
         )
-    verify_checkpoint(path)  # the weights load; still, not one bit may differ from what was saved
     model.to(map_location)
     model.eval()
+    model.tokenizer_record = config.get("tokenizer_record") or config.get("tokenizer", "gpt2")
     return model, config

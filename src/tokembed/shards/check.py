@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from tokembed._atomic import is_temp_file
+from tokembed._atomic import interrupted_commit, is_temp_file
 from tokembed._lock import LOCK_NAME
+from tokembed._paths import local_path
+from tokembed.shards import megatron
 from tokembed.shards.format import INDEX_DTYPE, MANIFEST, ShardInfo, load_manifest, seal_problems, sha256_file
 from tokembed.shards.schema import MANIFEST_HASH, manifest_problems
 
-__all__ = ["check_shards", "check_split", "manifest_sealed", "shard_file_problems"]
+__all__ = ["CheckReport", "check_report", "check_shards", "check_split", "manifest_sealed", "shard_file_problems"]
 
 
 def shard_file_problems(root: Path, s: ShardInfo, itemsize: int) -> list[str]:
@@ -144,7 +147,7 @@ class _Boundaries:
 
 def check_shards(root: str | os.PathLike) -> list[str]:
     """Verify a shard folder: the manifest (schema and seal), counts, sizes, checksums, document boundaries,
-    and that the folder holds nothing else.
+    and that the folder holds nothing else. A Megatron prefix: `tokembed.shards.megatron.check_megatron`.
 
     Returns:
         One line per problem, naming the damaged, missing or stray file; empty when the folder is healthy.
@@ -152,7 +155,12 @@ def check_shards(root: str | os.PathLike) -> list[str]:
         of a manifest that carries its ``manifest_sha256`` (a manifest without one, from a tokembed before
         it existed, is checked against the schema only: see `manifest_sealed`).
     """
-    root = Path(root)
+    root = local_path(root, what="the shard folder")  # a URL is a usage error, not a damaged folder
+    if megatron.is_megatron_prefix(root):
+        return megatron.check_megatron(root)
+    stage = interrupted_commit(root.parent, root.name)
+    if stage is not None and not root.is_dir():
+        return [f"an export to {root} was interrupted ({stage} holds its finished files); run the export again"]
     try:
         manifest = load_manifest(root)
     except (FileNotFoundError, NotADirectoryError, ValueError) as e:
@@ -170,8 +178,58 @@ def check_shards(root: str | os.PathLike) -> list[str]:
 
 
 def manifest_sealed(root: str | os.PathLike) -> bool:
-    """Whether the folder's manifest carries its ``manifest_sha256`` (manifests written before it do not)."""
-    return MANIFEST_HASH in load_manifest(Path(root))
+    """Whether the folder's manifest carries its ``manifest_sha256`` (manifests written before it do not;
+    a Megatron dataset has no manifest: its export's record holds the ``.bin``'s sha256)."""
+    return megatron.is_megatron_prefix(root) or MANIFEST_HASH in load_manifest(Path(root))
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    """What `tokembed check` finds in a shard folder (`check_report`).
+
+    Attributes:
+        folder: the folder checked, as given.
+        problems: one line per damaged, missing or stray file (`check_shards`); empty when the folder is healthy.
+        splits: per split, ``{"documents", "tokens", "shards"}`` from the verified manifest (empty when damaged).
+        sealed: whether the manifest carries its ``manifest_sha256`` (`manifest_sealed`); None when damaged, and
+            for a Megatron prefix (which has no manifest).
+    """
+
+    folder: str
+    problems: list[str]
+    splits: dict[str, dict[str, int]]
+    sealed: bool | None
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_dict(self) -> dict[str, Any]:
+        """The report as JSON-ready data (``tokembed check --json``), ``ok`` included."""
+        return {
+            "folder": self.folder,
+            "ok": self.ok,
+            "problems": self.problems,
+            "splits": self.splits,
+            "sealed": self.sealed,
+        }
+
+
+def check_report(root: str | os.PathLike) -> CheckReport:
+    """`check_shards`, and for a healthy folder the sizes of its splits and whether its manifest is sealed."""
+    problems = check_shards(root)
+    if problems:
+        return CheckReport(str(root), problems, {}, None)
+    if megatron.is_megatron_prefix(root):  # one split of one shard, and no manifest to be sealed
+        index = megatron.read_megatron_index(root)
+        train = {"documents": len(index.doc_starts()), "tokens": int(index.lengths.sum()), "shards": 1}
+        return CheckReport(str(root), [], {"train": train}, None)
+    manifest = load_manifest(Path(root))
+    splits = {
+        name: {"documents": s["documents"], "tokens": s["tokens"], "shards": len(s["shards"])}
+        for name, s in manifest["splits"].items()
+    }
+    return CheckReport(str(root), [], splits, MANIFEST_HASH in manifest)
 
 
 def _input_count_problems(manifest: dict[str, Any]) -> list[str]:

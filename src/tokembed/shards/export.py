@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from tokembed._atomic import recover_staged, staged_files
-from tokembed._paths import inside, local_path, refuse_inside_checkpoint
+from tokembed._paths import inside, local_path, output_path, refuse_inside_checkpoint
 from tokembed.shards import megatron as mg
 from tokembed.shards.reader import ShardSet, open_shards
 
@@ -147,7 +147,7 @@ def export_nanogpt(
             its offset; an output inside the input or a checkpoint.
         FileExistsError: an output exists and ``overwrite`` is False.
     """
-    root, out = local_path(root, what="the shard folder"), local_path(out, what="the output folder")
+    root, out = local_path(root, what="the shard folder"), output_path(out, what="the output folder")
     names = _split_names(root, split)
     _refuse_overlap(root, out)
     if out.exists() and not out.is_dir():
@@ -230,7 +230,7 @@ def export_megatron(
             an output inside the input or a checkpoint.
         FileExistsError: ``PREFIX.bin``/``.idx`` exist and ``overwrite`` is False.
     """
-    root, prefix = local_path(root, what="the shard folder"), local_path(prefix, what="the output prefix")
+    root, prefix = local_path(root, what="the shard folder"), output_path(prefix, what="the output prefix")
     names = _split_names(root, split)
     _refuse_overlap(root, prefix)
     if split == "all":

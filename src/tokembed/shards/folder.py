@@ -18,6 +18,7 @@ import numpy as np
 
 from tokembed._atomic import atomic_write, atomic_write_json, fsync_dir, is_temp_file
 from tokembed._lock import LOCK_NAME
+from tokembed.shards.check import shard_file_problems
 from tokembed.shards.config import PrepareConfig
 from tokembed.shards.format import FORMAT, INDEX_DTYPE, MANIFEST, VERSION, ShardInfo, dtype_for_vocab, sha256_file
 from tokembed.shards.formats import InputFile, InputFormat, get_format
@@ -26,6 +27,7 @@ from tokembed.shards.units import FILE_STATS, SPLITS
 __all__ = [
     "PARTS",
     "assemble_manifest",
+    "damaged_units",
     "folder_files",
     "inputs_changed",
     "load_record",
@@ -66,19 +68,44 @@ def run_identity(
 
 
 def same_identity(existing: dict[str, Any], identity: dict[str, Any]) -> list[str]:
+    """What differs between the run that made a folder and this one: each a phrase naming the option (as the
+    command line spells it) with the folder's value and this run's, empty when nothing does."""
     from tokembed.tokenizer import identity_from_manifest
 
-    diffs = []
-    for key in ("format", "version", "dtype", "config"):
-        if existing.get(key) != identity[key]:
-            diffs.append(key)
+    diffs = [
+        f"{what} ({existing.get(key)!r} in the folder, {identity[key]!r} now)"
+        for key, what in (("format", "format"), ("version", "format version"), ("dtype", "token dtype"))
+        if existing.get(key) != identity[key]
+    ]
+    found = existing.get("config")
+    old_config: dict[str, Any] = found if isinstance(found, dict) else {}
+    for key in sorted(set(old_config) | set(identity["config"])):
+        if key == "tokenizer":
+            continue  # compared by the ids it gives, below
+        old, new = old_config.get(key), identity["config"].get(key)
+        if old != new:
+            diffs.append(f"--{key.replace('_', '-')} ({_shown(old)} in the folder, {_shown(new)} now)")
     old_tok, new_tok = identity_from_manifest(existing.get("tokenizer")), identity_from_manifest(identity["tokenizer"])
     if not old_tok.same_ids(new_tok):
-        diffs.append(f"tokenizer ({old_tok.describe()}, not {new_tok.describe()})")
-    old = [{k: f.get(k) for k in ("path", "format", "compressed", "bytes")} for f in existing.get("inputs", [])]
-    if old != identity["inputs"]:
-        diffs.append("inputs")
+        diffs.append(f"--tokenizer ({old_tok.describe()} in the folder, {new_tok.describe()} now)")
+    old_inputs = [{k: f.get(k) for k in ("path", "format", "compressed", "bytes")} for f in existing.get("inputs", [])]
+    if old_inputs != identity["inputs"]:
+        diffs.append(_inputs_diff(old_inputs, identity["inputs"]))
     return diffs
+
+
+def _shown(value: Any) -> str:
+    return "unset" if value is None else str(value)
+
+
+def _inputs_diff(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> str:
+    """The first input that differs, named."""
+    for a, b in zip(old, new):
+        if a != b:
+            if a["path"] != b["path"]:
+                return f"set of inputs ({a['path']} in the folder, {b['path']} now)"
+            return f"input {a['path']} ({_shown(a['bytes'])} bytes in the folder, {_shown(b['bytes'])} now)"
+    return f"number of inputs ({len(old)} in the folder, {len(new)} now)"
 
 
 def rank_manifest_name(rank: int, world_size: int) -> str:
@@ -143,6 +170,27 @@ def refuse_inputs_inside(out: Path, files: Sequence[InputFile]) -> None:
         raise ValueError(
             f"input {inside[0]} is inside the output folder {out}; choose an --out folder outside the inputs"
         )
+
+
+def damaged_units(out: Path, manifest: dict[str, Any], *, full: bool) -> dict[int, str]:
+    """The units of a finished folder whose shard files are missing or of another size (``full``: or whose sha256
+    differs from the manifest's), each with its first problem."""
+    itemsize = 2 if manifest.get("dtype") == "uint16" else 4
+    damaged: dict[int, str] = {}
+    for split in manifest.get("splits", {}).values():
+        for entry in split.get("shards", []):
+            s = ShardInfo.from_dict(entry)
+            uid = unit_number(Path(s.tokens).name)
+            if uid is None or uid in damaged:
+                continue
+            problems = shard_file_problems(out, s, itemsize)
+            if not problems and full:
+                for rel, digest in ((s.tokens, s.sha256), (s.index, s.index_sha256)):
+                    if sha256_file(out / rel) != digest:
+                        problems.append(f"{rel}: sha256 mismatch")
+            if problems:
+                damaged[uid] = problems[0]
+    return damaged
 
 
 def unit_number(name: str) -> int | None:
@@ -215,7 +263,7 @@ def prepare_folder(
                 _clear(out, ours)
                 return False
             raise FileExistsError(
-                f"{out} holds {what} made with different {' and '.join(diffs)}; "
+                f"{out} holds {what} made with a different {'; a different '.join(diffs)}; "
                 "use another --out folder, rerun with the original inputs and options, or pass --overwrite to replace it"
             )
     if (out / MANIFEST).is_file():

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from tokembed._paths import local_path
 from tokembed.shards.schema import MANIFEST_HASH, manifest_digest, manifest_problems
 
 __all__ = [
@@ -115,6 +116,7 @@ def sha256_file(path: str | os.PathLike, *, chunk: int = 1 << 22) -> str:
 
 def load_manifest(root: Path) -> dict[str, Any]:
     """Parse ``root/manifest.json`` and check its format and version (its content: `read_manifest`)."""
+    root = local_path(root, what="the shard folder")
     if not root.is_dir():
         if root.exists():
             raise NotADirectoryError(

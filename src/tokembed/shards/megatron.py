@@ -32,6 +32,7 @@ __all__ = [
     "SIDECAR",
     "MAGIC",
     "MegatronIndex",
+    "check_megatron",
     "is_megatron_prefix",
     "read_megatron_index",
     "recorded",
@@ -166,3 +167,53 @@ def recorded(prefix: str | os.PathLike) -> dict[str, Any]:
 def recorded_tokenizer(prefix: str | os.PathLike) -> dict[str, Any] | None:
     """The tokenizer entry tokembed's export recorded beside ``PREFIX`` (None for a dataset made elsewhere)."""
     return _sidecar(prefix).get("tokenizer")
+
+
+def check_megatron(prefix: str | os.PathLike, *, full: bool = True) -> list[str]:
+    """Problems of a Megatron dataset, one line each naming the file (empty when it is healthy).
+
+    The pair's layout always (`read_megatron_index`); with ``full``, the ``.bin``'s sha256 against the one
+    tokembed's export recorded in ``PREFIX.tokembed.json`` (a dataset made elsewhere records none), and, for a
+    tokembed export, every id inside the recorded vocabulary and every document ending with its end-of-text id.
+    """
+    try:
+        index = read_megatron_index(prefix)
+        meta = recorded(prefix)
+    except (OSError, ValueError) as e:
+        return [str(e)]
+    if not full:
+        return []
+    bpath = bin_path(prefix)
+    digest = meta.get("bin_sha256")
+    if digest is not None:
+        from tokembed.shards.format import sha256_file
+
+        if sha256_file(bpath) != digest:
+            return [
+                f"{bpath}: sha256 mismatch with the one tokembed's export recorded in {Path(f'{prefix}{SIDECAR}').name} "
+                "(the token file was modified or damaged): export it again"
+            ]
+    return _token_problems(bpath, index, meta.get("tokenizer") or {})
+
+
+def _token_problems(bpath: Path, index: MegatronIndex, tokenizer: dict[str, Any]) -> list[str]:
+    n_tokens = int(index.lengths.sum(dtype=np.int64))
+    if not n_tokens:
+        return []
+    toks = np.memmap(bpath, dtype=index.dtype, mode="r", shape=(n_tokens,))
+    problems = []
+    lo, hi = int(toks.min()), int(toks.max())
+    n_vocab = tokenizer.get("n_vocab")
+    if lo < 0 or (n_vocab is not None and hi >= int(n_vocab)):
+        bad = lo if lo < 0 else hi
+        problems.append(f"{bpath}: token id {bad} is outside the vocabulary (0 to {n_vocab or 'its dtype'})")
+    eot = tokenizer.get("eot_token")
+    if eot is not None:
+        ends = index.pointers // index.dtype.itemsize + index.lengths - 1  # (S,) last token of each sequence
+        last = index.documents[1:][index.documents[1:] > index.documents[:-1]] - 1  # (D',) last sequence per document
+        wrong = np.flatnonzero(toks[ends[last]] != eot) if len(last) else np.zeros(0, np.int64)
+        if len(wrong):
+            problems.append(
+                f"{bpath}: {len(wrong)} document(s) do not end with the end-of-text id {eot} (the first: document {int(wrong[0])})"
+            )
+    return problems

@@ -41,6 +41,7 @@ import numpy as np
 
 from tokembed._atomic import atomic_write_json
 from tokembed._checks import check_int
+from tokembed._cpus import available_cpus, check_workers
 from tokembed._lock import folder_lock
 from tokembed._paths import local_path, refuse_inside_checkpoint
 from tokembed.shards.config import PrepareConfig
@@ -49,6 +50,7 @@ from tokembed.shards.engines import ENGINES, make_engine
 from tokembed.shards.folder import (
     PARTS,
     assemble_manifest,
+    damaged_units,
     load_record,
     prepare_folder,
     rank_manifest_name,
@@ -58,6 +60,7 @@ from tokembed.shards.folder import (
     remove_units_past,
     run_identity,
     tokenizer_entry,
+    unit_number,
     write_unit,
 )
 from tokembed.shards.format import MANIFEST, ShardInfo
@@ -86,6 +89,7 @@ class PrepareResult:
         input_bytes: input bytes read.
         inputs: the manifest's entries of the input files.
         skipped_inputs: paths left out as repeats of an input (a symlink loop, a file named twice), with why.
+        repaired: units of a finished folder made again because their files were damaged (`repair`).
     """
 
     out: Path
@@ -99,6 +103,14 @@ class PrepareResult:
     input_bytes: int = 0
     inputs: list[dict[str, Any]] = field(default_factory=list)
     skipped_inputs: list[str] = field(default_factory=list)
+    repaired: list[int] = field(default_factory=list)
+
+    def __repr__(self) -> str:  # the manifest lists every shard: hundreds of KB for a large corpus
+        return (
+            f"PrepareResult(out={str(self.out)!r}, units={self.units}, units_done={self.units_done}, "
+            f"units_skipped={self.units_skipped}, already_done={self.already_done}, tokens_done={self.tokens_done}, "
+            f"seconds={self.seconds:.1f}{f', repaired={self.repaired}' if self.repaired else ''})"
+        )
 
     def summary(self) -> str:
         lines = []
@@ -106,7 +118,16 @@ class PrepareResult:
             more = f", ... ({len(self.skipped_inputs)} in all)" if len(self.skipped_inputs) > 3 else ""
             lines.append(f"skipped as repeats: {'; '.join(self.skipped_inputs[:3])}{more}")
         if self.already_done:
-            return "\n".join([*lines, f"{self.out} is already prepared with these inputs and settings: nothing to do"])
+            done = (
+                f"{self.out} is already prepared with these inputs and settings: nothing to do (its files have their "
+                f"recorded sizes; `tokembed check {self.out}` verifies every byte, and --repair re-makes a damaged unit)"
+            )
+            return "\n".join([*lines, done])
+        if self.repaired:
+            shown = ", ".join(map(str, self.repaired[:10])) + (", ..." if len(self.repaired) > 10 else "")
+            lines.append(
+                f"repaired {len(self.repaired)} damaged units ({shown}): byte-identical to what the manifest records"
+            )
         if self.manifest is not None:
             for split, s in self.manifest["splits"].items():
                 lines.append(
@@ -126,7 +147,7 @@ def _input_notes(inputs: list[dict[str, Any]]) -> list[str]:
     labels = {
         "empty": "empty documents skipped",
         "bad_lines": "bad JSON lines skipped",
-        "replaced": "warning: {n} invalid UTF-8 sequences replaced by U+FFFD",
+        "replaced": "warning: {n} invalid UTF-8 sequences or lone surrogates replaced by U+FFFD",
     }
     lines = []
     for key, label in labels.items():
@@ -153,6 +174,7 @@ def prepare_corpus(
     rank: int = 0,
     world_size: int = 1,
     overwrite: bool = False,
+    repair: bool = False,
     progress: bool | None = None,
     **options: Any,
 ) -> PrepareResult:
@@ -163,13 +185,17 @@ def prepare_corpus(
         out: the shard folder to create or resume.
         config: the output-deciding options (`PrepareConfig`); or pass them as keywords
             (``val_fraction=0.01, field="content", ...``).
-        workers: tokenizing processes; 0 = all cores (``os.cpu_count()``); 1 = in this process.
+        workers: tokenizing processes; 0 = one per CPU available to this process (its affinity mask and cgroup
+            quota: `tokembed._cpus.available_cpus`); 1 = in this process; at most 4 per available CPU.
         engine: ``"local"`` (a process pool) or ``"ray"`` (Ray tasks; same bytes).
         ray_address: Ray cluster address for ``engine="ray"`` (default: the running or a new local Ray).
         rank: this machine's rank in ``[0, world_size)``.
         world_size: number of machines sharing the units; with more than one, each writes
             ``manifest.rank-R-of-N.json`` and `merge_manifests` finishes the folder.
         overwrite: replace a shard folder made from other inputs or options.
+        repair: on a finished folder, check every shard's sha256 (reads the whole folder) and make the units
+            whose files fail again, from the same inputs: the folder ends byte-identical. Without it a rerun
+            checks the files' presence and sizes only, and makes again the units whose files fail that.
         progress: show a progress bar (default: when stderr is a terminal).
 
     Returns:
@@ -188,6 +214,8 @@ def prepare_corpus(
     files, skipped = find_inputs(inputs, format=config.format)
     check_inputs(files, config.field)  # e.g. a Parquet file without the text column fails before the folder is touched
     tok, dtype = tokenizer_entry(config)
+    if repair and world_size > 1:
+        raise ValueError("--repair checks a finished folder: run it once, without --rank/--world-size")
     if overwrite and world_size > 1:
         raise ValueError(
             "--overwrite cannot be combined with --world-size > 1 (one rank would delete the others' work); "
@@ -198,22 +226,29 @@ def prepare_corpus(
     if out.exists() and not out.is_dir():
         raise FileExistsError(f"output {out} is a file; give a folder path for the shards")
     out.mkdir(parents=True, exist_ok=True)
-    run_options = {"overwrite": overwrite, "rank": rank, "world_size": world_size, "workers": workers}
+    run_options: dict[str, Any] = {"overwrite": overwrite, "rank": rank, "world_size": world_size, "workers": workers}
+    run_options |= {"repair": repair, "ray_address": ray_address}
     with folder_lock(out, what="tokembed prepare", shared=world_size > 1):  # the ranks of a run share a folder
-        result = _prepare_locked(out, files, identity, config, dtype, engine, ray_address, progress, **run_options)
+        result = _prepare_locked(out, files, identity, config, dtype, engine, progress, **run_options)
     result.skipped_inputs = skipped
     result.seconds = time.perf_counter() - t0
     return result
 
 
-def _prepare_locked(out, files, identity, config, dtype, engine, ray_address, progress, **opts) -> PrepareResult:
+def _prepare_locked(out, files, identity, config, dtype, engine, progress, **opts) -> PrepareResult:
     """The run, with the folder locked: check the folder, tokenize what is not done, write the manifest."""
     rank, world_size = opts["rank"], opts["world_size"]
     if prepare_folder(out, identity, files, overwrite=opts["overwrite"], rank=rank, world_size=world_size):
-        return _already_done(out, rank, world_size)
+        manifest = load_record(out / MANIFEST) if world_size == 1 else None
+        damaged = damaged_units(out, manifest, full=opts["repair"]) if manifest else {}
+        if not damaged:
+            return _already_done(out, rank, world_size)
+        return _repair(
+            out, files, manifest, config, dtype, make_engine(engine, **_engine_options(config, opts)), damaged
+        )
     remove_leftovers(out, rank, world_size)
     atomic_write_json(out / PARTS / "plan.json", identity)
-    eng = make_engine(engine, workers=opts["workers"] or os.cpu_count() or 1, config=config, ray_address=ray_address)
+    eng = make_engine(engine, **_engine_options(config, opts))
     run = _Run(out, config, dtype, eng, Progress.start(files, progress), rank=rank, world_size=world_size)
     run.tokenize(files, carry=engine == "ray")  # Ray workers may not see the files: the driver ships the bytes
     result = run.result
@@ -221,11 +256,37 @@ def _prepare_locked(out, files, identity, config, dtype, engine, ray_address, pr
     remove_units_past(out, result.units, rank, world_size)
     if world_size == 1:
         result.manifest = _write_manifest(out, identity, run.records, result.units, [f.mtime_ns for f in files])
+        _warn_empty_splits(out, result.manifest, config)
     else:
         partial = {**identity, "rank": rank, "world_size": world_size, "units": result.units}
         partial["input_mtimes"] = [f.mtime_ns for f in files]
         partial["records"] = sorted(run.records, key=lambda r: r["unit"])
         atomic_write_json(out / rank_manifest_name(rank, world_size), partial)
+    return result
+
+
+def _engine_options(config: PrepareConfig, opts: dict[str, Any]) -> dict[str, Any]:
+    return {"workers": opts["workers"] or available_cpus(), "config": config, "ray_address": opts["ray_address"]}
+
+
+def _repair(out, files, manifest, config, dtype, engine, damaged: dict[int, str]) -> PrepareResult:
+    """Make the ``damaged`` units of a finished folder again, and check that they come out as the manifest records
+    (the inputs are the same, by path, size and time): the folder ends byte-identical, manifest untouched."""
+    remove_leftovers(out)
+    run = _Run(out, config, dtype, engine, Progress.start(files, False), rank=0, world_size=1, only=set(damaged))
+    run.tokenize(files, carry=False)
+    expected = {e["tokens"]: e for s in manifest["splits"].values() for e in s["shards"]}
+    for record in run.records:
+        made = {e["tokens"]: e for e in record["splits"].values()}
+        was = {t: e for t, e in expected.items() if unit_number(Path(t).name) == record["unit"]}
+        if made != was:
+            raise ValueError(
+                f"unit {record['unit']} of {out} came out other than its manifest records: an input changed without "
+                "changing its size or time; prepare the folder again with --overwrite"
+            )
+    shutil.rmtree(out / PARTS, ignore_errors=True)
+    result = run.result
+    result.manifest, result.inputs, result.repaired = manifest, manifest["inputs"], sorted(damaged)
     return result
 
 
@@ -240,6 +301,33 @@ def _same_tokenizer(path: Path, part: dict[str, Any], first_path: Path, first: d
         )
 
 
+def empty_split_warning(out: Path, manifest: dict[str, Any], val_fraction: float) -> str | None:
+    """What to say when a split that was asked for got no document (None when every one got some)."""
+    docs = {name: s["documents"] for name, s in manifest["splits"].items()}
+    total = sum(docs.values())
+    empty = [name for name in ("train", "val") if docs.get(name, 0) == 0 and (name == "train" or val_fraction > 0)]
+    if not empty:
+        return None
+    why = (
+        f"the split is chosen per document (by a hash of its text), and the inputs hold {total:,} document(s): a text "
+        "file is one document, a JSON Lines file one per line, a Parquet file one per row"
+    )
+    return (
+        f"split {empty[0]!r} of {out} is empty (0 of {total:,} documents with --val-fraction {val_fraction:g}): {why}; "
+        "give the text as more documents (a folder of files, or JSON Lines) or change --val-fraction, then prepare "
+        "again with --overwrite. Training has no validation loss without a val split, and nanoGPT cannot read an "
+        "empty one"
+    )
+
+
+def _warn_empty_splits(out: Path, manifest: dict[str, Any], config: PrepareConfig) -> None:
+    message = empty_split_warning(out, manifest, config.val_fraction)
+    if message is not None:
+        import warnings
+
+        warnings.warn(message, stacklevel=4)
+
+
 def _resolve_config(config: PrepareConfig | None, options: dict[str, Any]) -> PrepareConfig:
     if config is None:
         return PrepareConfig(**options)
@@ -251,7 +339,9 @@ def _resolve_config(config: PrepareConfig | None, options: dict[str, Any]) -> Pr
 def _check_run_options(*, engine: str, workers: int, rank: int, world_size: int) -> None:
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
-    check_int("workers", workers, min=0, noun="an integer", hint="0 = all cores")
+    if engine == "local":
+        check_workers(workers)  # no more than this machine can run (Ray's workers are the cluster's)
+    check_int("workers", workers, min=0, noun="an integer", hint="0 = one per available CPU")
     check_int("world_size", world_size, min=1, noun="an integer")
     if not 0 <= check_int("rank", rank) < world_size:
         raise ValueError(f"rank must be in [0, {world_size}) for world_size {world_size}, got {rank!r}")
@@ -298,9 +388,10 @@ class _Run:
         *,
         rank: int,
         world_size: int,
+        only: set[int] | None = None,
     ):
         self.out, self.config, self.dtype, self.engine, self.progress = out, config, dtype, engine, progress
-        self.rank, self.world_size = rank, world_size
+        self.rank, self.world_size, self.only = rank, world_size, only
         self.records: list[dict[str, Any]] = []
         self.result = PrepareResult(out, None, 0)
         self.pending: list[tuple[Any, int]] = []  # (future, unit id) of the parts in flight
@@ -324,8 +415,8 @@ class _Run:
             self.progress.close()
 
     def _submit_unit(self, unit: Unit, names: dict[int, str]) -> None:
-        if unit.id % self.world_size != self.rank:  # another rank's
-            self._skip(unit)
+        if unit.id % self.world_size != self.rank or (self.only is not None and unit.id not in self.only):
+            self._skip(unit)  # another rank's, or (repairing) a healthy unit
             return
         parts = unit_parts(unit, self.config, names)
         record = load_record(self.out / PARTS / f"{unit.id:05d}.json")
@@ -374,7 +465,7 @@ def merge_manifests(root: str | os.PathLike) -> dict[str, Any]:
         FileNotFoundError: no rank manifests in ``root``.
         ValueError: ranks of different runs, a missing rank, or missing/damaged shard files.
     """
-    root = Path(root)
+    root = local_path(root, what="the shard folder")
     if (root / MANIFEST).is_file() and not any(root.glob("manifest.rank-*.json")):
         return json.loads((root / MANIFEST).read_text())
     paths = sorted(root.glob("manifest.rank-*-of-*.json"))

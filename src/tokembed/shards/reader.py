@@ -2,6 +2,12 @@
 
 Readers keep only paths and metadata in picklable objects, so a `ShardSet` can cross process boundaries
 (DataLoader workers) without copying memory maps; each process maps the files it reads on first use.
+
+A reader is bound to what it opened: the manifest (a Megatron dataset's ``.idx``), by its sha256. Each file it
+maps or reads later is checked against it, after the read (a stat; a hash only when the stat changed): a folder
+prepared again underneath (``prepare --overwrite`` removes the manifest first and writes the new one last) is a
+`ShardsChangedError` naming the folder, never windows of another corpus, or of both. A map made before the change
+keeps the old file whole (the writers replace files by rename): what a reader has, it reads consistently.
 """
 
 from __future__ import annotations
@@ -17,11 +23,23 @@ from tokembed._atomic import interrupted_commit
 from tokembed._paths import local_path
 from tokembed.shards import megatron
 from tokembed.shards.check import check_split, shard_file_problems
-from tokembed.shards.format import CHECK_HINT, INDEX_DTYPE, ShardInfo, read_manifest, sha256_file
-from tokembed.tokenizer.base import TokenizerIdentity
+from tokembed.shards.format import CHECK_HINT, INDEX_DTYPE, MANIFEST, ShardInfo, read_manifest, sha256_file
+from tokembed.tokenizer.base import TokenizerIdentity, TokenizerLike
 from tokembed.tokenizer.registry import identity_from_manifest
 
-__all__ = ["MegatronSplit", "ShardSet", "expect_tokenizer", "open_megatron", "open_shards"]
+__all__ = ["MegatronSplit", "ShardSet", "ShardsChangedError", "expect_tokenizer", "open_megatron", "open_shards"]
+
+
+class ShardsChangedError(OSError):
+    """The shard folder (or Megatron dataset) a reader opened was replaced while it was being read."""
+
+
+def _stat_key(path: Path) -> tuple[int, int, int, int] | None:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 class ShardSet:
@@ -55,6 +73,32 @@ class ShardSet:
         self._maps: dict[int, np.ndarray] = {}
         self._doc_starts: np.ndarray | None = None
         self._pid = os.getpid()
+        self._bound: tuple[str, tuple | None, str] | None = None  # (what was opened, its stat, its sha256)
+
+    def bind(self, path: Path, sha256: str | None = None) -> None:
+        """Bind this reader to the file ``path`` as it is now (the manifest; a Megatron dataset's ``.idx``)."""
+        key = _stat_key(path)
+        self._bound = (str(path), key, sha256 or sha256_file(path))
+
+    def check_unchanged(self) -> None:
+        """Raise `ShardsChangedError` when the file this reader is bound to is no longer the one it opened."""
+        if self._bound is None:
+            return
+        path, key, digest = self._bound
+        now = _stat_key(Path(path))
+        if now == key:
+            return
+        if now is not None and sha256_file(path) == digest:  # touched, or copied back: the same bytes
+            self._bound = (path, now, digest)
+            return
+        raise ShardsChangedError(
+            f"{self.describe_root()} changed while it was being read: its {Path(path).name} is not the one this reader "
+            "opened (was it prepared or exported again, e.g. with --overwrite?); open it again (a new dataset or "
+            "loader) to read what it holds now"
+        )
+
+    def describe_root(self) -> str:
+        return f"shard folder {self.root}"
 
     # Pickle paths and metadata only: memory maps are reopened lazily in the receiving process.
     def __getstate__(self) -> dict[str, Any]:
@@ -102,10 +146,12 @@ class ShardSet:
         mm = self._maps.get(i)
         if mm is None:
             info = self.shards[i]
+            self.check_unchanged()  # before the map: a shard of another corpus may have another size
             if info.n_tokens == 0:  # np.memmap cannot map an empty file
                 mm = np.zeros(0, dtype=self.dtype)
             else:
                 mm = np.memmap(self.root / info.tokens, dtype=self.dtype, mode="r", shape=(info.n_tokens,))
+            self.check_unchanged()  # after the map: a file mapped while the manifest is unchanged is the opened one
             self._maps[i] = mm
         return mm
 
@@ -113,6 +159,7 @@ class ShardSet:
         """Shard ``i``'s document starts, relative to the shard: int64 ``(n_documents_i,)``."""
         info = self.shards[i]
         idx = np.fromfile(self.root / info.index, dtype=INDEX_DTYPE, count=info.n_documents)
+        self.check_unchanged()
         # Cheap (O(documents)) and it keeps a damaged index from sending readers out of the shard.
         if len(idx) and (idx[0] < 0 or idx[-1] >= info.n_tokens or np.any(np.diff(idx) < 1)):
             raise ValueError(
@@ -159,20 +206,17 @@ class ShardSet:
             yield self.read(int(a), int(b) - 1)
 
 
-def expect_tokenizer(root: Path, recorded: TokenizerIdentity, tokenizer: Any) -> None:
+def expect_tokenizer(root: Path, recorded: TokenizerIdentity, tokenizer: TokenizerLike) -> None:
     """Raise when the data in ``root`` was made with another tokenizer than ``tokenizer``."""
-    from tokembed.tokenizer import get_tokenizer, tokenizer_identity
+    from tokembed.tokenizer import TokenizerMismatch, get_tokenizer, tokenizer_identity
 
     asked = tokenizer_identity(get_tokenizer(tokenizer))
     if not asked.same_ids(recorded):
-        raise ValueError(
-            f"{root} was prepared with {recorded.describe()}, but {asked.describe()} was asked for; "
-            f"use --tokenizer {recorded.source}, or prepare the corpus again with {asked.source}"
-        )
+        raise TokenizerMismatch(str(root), recorded, asked)
 
 
 def open_shards(
-    root: str | os.PathLike, *, split: str = "train", verify: bool = False, tokenizer: Any = None
+    root: str | os.PathLike, *, split: str = "train", verify: bool = False, tokenizer: TokenizerLike | None = None
 ) -> ShardSet:
     """Open one split of a shard folder written by `tokembed prepare`, or a Megatron dataset.
 
@@ -180,7 +224,8 @@ def open_shards(
         root: the shard folder, or the prefix ``out/prefix`` of Megatron's ``out/prefix.bin`` +
             ``out/prefix.idx`` (read as split ``"train"``, see `tokembed.shards.megatron`).
         split: which split to open (``"train"`` or ``"val"``).
-        verify: also check every file's sha256 and the document index (reads the whole split once).
+        verify: also check every file's sha256 and the document index (reads the whole split once); for a
+            Megatron prefix, the ``.bin``'s sha256 that tokembed's export recorded, the ids and the documents' ends.
             Without it, only the presence and size of each file are checked (cheap).
         tokenizer: the tokenizer (name, path or object) the caller expects; another one is an error.
 
@@ -192,6 +237,9 @@ def open_shards(
     """
     root = local_path(root, what="the shard folder")
     if megatron.is_megatron_prefix(root):
+        problems = megatron.check_megatron(root) if verify else []
+        if problems:
+            raise ValueError(f"Megatron dataset {root} is damaged: {problems[0]}")
         ss = open_megatron(root, split=split)
         if tokenizer is not None and ss.manifest["tokenizer"]:  # a tokembed export records its tokenizer
             expect_tokenizer(Path(root), ss.tokenizer, tokenizer)
@@ -219,7 +267,9 @@ def open_shards(
             raise ValueError(
                 f"{root} is damaged: {problems[0]}{f' (and {len(problems) - 1} more)' if len(problems) > 1 else ''}; {CHECK_HINT.format(root=root)}"
             )
-    return ShardSet(root, split, manifest, shards)
+    ss = ShardSet(root, split, manifest, shards)
+    ss.bind(root / MANIFEST)
+    return ss
 
 
 # ----------------------------------------------------------------------------------------------- Megatron
@@ -256,11 +306,15 @@ class MegatronSplit(ShardSet):
         self.dtype = index.dtype
         self.prefix = prefix
         self._starts = np.array(starts)
+        self.bind(megatron.idx_path(prefix), idx_sha256)  # a re-export replaces the .idx last
 
     def __repr__(self) -> str:
         return f"MegatronSplit({str(self.prefix)!r}, documents={self.n_documents}, tokens={self.n_tokens}, dtype={self.dtype.name})"
 
     def describe(self) -> str:
+        return f"Megatron dataset {self.prefix}"
+
+    def describe_root(self) -> str:
         return f"Megatron dataset {self.prefix}"
 
     @property

@@ -181,10 +181,10 @@ class _Found:
 
     def add_url(self, url: str) -> None:
         """Take one object named by its URL (through the opener registered for its scheme; an error without one)."""
-        fmt = self._format(url, explicit=True)
-        if fmt is None:
-            return  # (not reached: an explicit input of unknown type raised)
-        with open_input(url) as src:
+        with open_input(url) as src:  # first: a URL no reader handles is named as such, whatever its suffix
+            fmt = self._format(url, explicit=True)
+            if fmt is None:
+                return  # (not reached: an explicit input of unknown type raised)
             self.by_real.setdefault(url, InputFile(url, fmt[0], fmt[1], src.size))
 
     def files(self) -> tuple[list[InputFile], list[str]]:
@@ -282,7 +282,7 @@ def plan_units(
         unit_bytes: bytes of input per unit.
         carry: read every span's bytes here (for workers without access to the files); streams always do.
         head_bytes: give the first piece of each cut document its first ``head_bytes`` bytes (`Span.head`).
-        cut_at: where a document may be cut (one of `CUTS`: the tokenizer's rule).
+        cut_at: where a document may be cut (one of `CUTS`: the tokenizer's rule; None: nowhere).
         field: the JSON field / Parquet column holding the text.
 
     Yields:

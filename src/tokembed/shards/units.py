@@ -80,10 +80,12 @@ def _input_hash(spans: Sequence[Span], datas: Sequence[bytes]) -> str:
 
 
 def _cut_rule(config: PrepareConfig):
-    """Where the config's tokenizer lets a large document be cut without changing its ids."""
+    """Where the config's tokenizer lets a large document be cut without changing its ids; None when no such place
+    is known (documents stay whole, and the planner need not look for one)."""
     from tokembed.tokenizer import document_cut
 
-    return CUTS[document_cut(config.build_tokenizer())]
+    rule = document_cut(config.build_tokenizer())
+    return None if rule is None else CUTS[rule]
 
 
 def unit_parts(unit: Unit, config: PrepareConfig, names: dict[int, str]) -> list[Unit]:

@@ -71,10 +71,11 @@ def read_token_counts(checkpoint: str | Path) -> torch.Tensor | None:
     if not path.is_file():
         return None
     from safetensors import SafetensorError
-    from safetensors.torch import load_file
+
+    from tokembed.model.checkpoint import read_safetensors
 
     try:
-        counts = load_file(str(path)).get("counts")
+        counts = read_safetensors(path).get("counts")
     except SafetensorError as e:
         raise ValueError(f"{path} is not a readable safetensors file ({e}); the checkpoint is damaged") from e
     if counts is None or counts.ndim != 1 or counts.dtype != torch.int64 or bool((counts < 0).any()):

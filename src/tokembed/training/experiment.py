@@ -23,6 +23,7 @@ from pathlib import Path
 
 from tokembed._atomic import atomic_write
 from tokembed._checks import check_int, check_positive_int
+from tokembed._paths import local_path
 from tokembed.embeddings.names import ROPE_SCALINGS, positional_scheme, scheme_names
 from tokembed.training.plots import plot_positions
 
@@ -80,6 +81,8 @@ class PositionsExperiment:
     def __post_init__(self) -> None:
         for name in ("data", "out", "device"):
             object.__setattr__(self, name, str(getattr(self, name)))
+        for name in ("data", "out"):
+            local_path(getattr(self, name), what=name)  # a URL is refused by name
         if self.tokenizer is not None:
             object.__setattr__(self, "tokenizer", str(self.tokenizer))
         for name in ("schemes", "multiples", "rope_scaling"):

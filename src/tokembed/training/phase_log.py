@@ -7,11 +7,13 @@ multiple of ``G x max_length`` tokens) is announced at that step, with how many 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from tokembed.data.mixture_windows import MixtureWindows
+from tokembed.training.data import ValidationSource, phase_weighted
 
 __all__ = ["PhaseLog"]
 
@@ -72,3 +74,8 @@ class PhaseLog:
         """What log.json records of step ``step``: its phase's number (and name)."""
         ph = self.phases[self.phase(step)]
         return {"phase": ph.number, **({"phase_name": ph.name} if ph.name else {})}
+
+    def weigh(self, sources: Sequence[ValidationSource], step: int) -> list[ValidationSource]:
+        """``sources`` (each source's validation tokens) weighted as the phase of step ``step`` weighs them
+        (`tokembed.training.data.phase_weighted`)."""
+        return phase_weighted(list(sources), self.phases[self.phase(max(int(step), 1))], self.paths)

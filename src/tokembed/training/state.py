@@ -9,9 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors.torch import load_file
 
-from tokembed.model.checkpoint import read_checkpoint_file
+from tokembed.model.checkpoint import read_checkpoint_file, read_safetensors
 
 __all__ = ["TrainState"]
 
@@ -37,8 +36,9 @@ class TrainState:
         """The last logged ``"train"`` or ``"val"`` loss, or None."""
         return self.log[kind][-1]["loss"] if self.log[kind] else None
 
-    def to_dict(self, loader) -> dict:
-        """``state.json``'s content: this state, the loader's position and torch's RNG."""
+    def to_dict(self, loader, *, data: dict | None = None) -> dict:
+        """``state.json``'s content: this state, the loader's position, torch's RNG, and ``data``: what the
+        run reads, by content (`tokembed.training.data.data_identity`), which a resume must find again."""
         return {
             "step": self.step,
             "tokens_seen": self.tokens_seen,
@@ -46,11 +46,12 @@ class TrainState:
             "loader": _jsonable(loader.state_dict()),
             "rng": _rng_state(),
             **({"cuda_rng": _cuda_rng_state()} if torch.cuda.is_available() and torch.cuda.is_initialized() else {}),
+            **({"data": data} if data is not None else {}),
         }
 
     def restore(self, out: Path, model, optimizer, loader) -> None:
         """Load the checkpoint in ``out`` into ``model``, ``optimizer``, ``loader``, torch's RNG and this state."""
-        weights = read_checkpoint_file(out, "model.safetensors", lambda p: load_file(str(p)))
+        weights = read_checkpoint_file(out, "model.safetensors", read_safetensors)
         model.load_state_dict(weights, strict=not model.config.tie_embeddings)
         optimizer.load_state_dict(
             read_checkpoint_file(out, "optimizer.pt", lambda p: torch.load(p, weights_only=True, map_location="cpu"))

@@ -113,7 +113,8 @@ class PlanOptions:
         carry: every span carries its bytes (for workers that cannot read the inputs: Ray).
         head_bytes: give the first piece of each cut document its first ``head_bytes`` bytes (`Span.head`).
         cut_at: where a document may be cut without changing its ids (the tokenizer's rule,
-            ``cut_at(window, lo) -> index or -1``; see `tokembed.shards.sources.CUTS`).
+            ``cut_at(window, lo) -> index or -1``; see `tokembed.shards.sources.CUTS`); None: nowhere (documents stay
+            whole, and a seekable input need not be read to find out).
         field: the JSON field / Parquet column / ... holding the text (``--field``).
     """
 
@@ -198,7 +199,7 @@ class InputFormat:
         """The planner of input number ``fi``."""
         raise NotImplementedError(f"{type(self).__qualname__} does not implement open_plan")
 
-    def split(self, span: Span, part_bytes: int, name: str, cut_at: Callable[[bytes, int], int]) -> list[Span]:
+    def split(self, span: Span, part_bytes: int, name: str, cut_at: Callable[[bytes, int], int] | None) -> list[Span]:
         """Cut ``span`` into consecutive spans of about ``part_bytes`` (the parts workers share); tokenized one by one
         and put together they must give the span's tokens. By default a span stays whole. Pieces of one document
         carry `CONT` / `MORE` (then the span's bytes must be the document's: its split is decided from its head)."""

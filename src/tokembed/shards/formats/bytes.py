@@ -259,7 +259,7 @@ class LinesFormat(ByteFormat):
                 line += data.count(b"\n")
             pos = cut
 
-    def split(self, span: Span, part_bytes: int, name: str, cut_at: Cut) -> list[Span]:
+    def split(self, span: Span, part_bytes: int, name: str, cut_at: Cut | None) -> list[Span]:
         return self._split(span, part_bytes, name, line_cut, pieces=False)
 
     def texts(self, span: Span, data: bytes, records: RecordContext) -> Iterator[str]:

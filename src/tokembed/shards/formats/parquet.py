@@ -420,7 +420,7 @@ class ParquetFormat(InputFormat):
     def open_plan(self, f: InputFile, fi: int, options: PlanOptions) -> ParquetPlan:
         return ParquetPlan(f, fi, options)
 
-    def split(self, span: Span, part_bytes: int, name: str, cut_at: Callable[[bytes, int], int]) -> list[Span]:
+    def split(self, span: Span, part_bytes: int, name: str, cut_at: Callable[[bytes, int], int] | None) -> list[Span]:
         return list(split_rows(span, part_bytes)) if isinstance(span, RowSpan) else [span]
 
     def read(self, span: Span, name: str) -> bytes:

@@ -18,10 +18,6 @@ from tokembed.shards.formats.bytes import ByteCursor, ByteFormat, find_cut
 __all__ = ["TextFormat"]
 
 
-def _no_cut(w: bytes, lo: int) -> int:
-    return -1
-
-
 class TextFormat(ByteFormat):
     """One document per file; large documents are cut into pieces at the tokenizer's safe points."""
 
@@ -32,7 +28,11 @@ class TextFormat(ByteFormat):
     nothing_what = "no documents (blank lines only)"
 
     def plan_spans(self, cur: ByteCursor, fi: int, options: PlanOptions, filled: Callable[[], int]) -> Iterator[Span]:
-        cut_at = options.cut_at or _no_cut
+        cut_at = options.cut_at
+        if cut_at is None:  # the tokenizer allows no cut: the document is one span, its size all the planner needs
+            size = cur.end_by_reading()
+            yield Span(fi, 0, size, data=cur.take(0, size), format=self.name)
+            return
         pos = 0
         while True:
             cut = find_cut(cur, pos, pos + options.unit_bytes, cut_at)
@@ -45,8 +45,8 @@ class TextFormat(ByteFormat):
                 return
             pos = cut
 
-    def split(self, span: Span, part_bytes: int, name: str, cut_at: Callable[[bytes, int], int]) -> list[Span]:
-        return self._split(span, part_bytes, name, cut_at, pieces=True)
+    def split(self, span: Span, part_bytes: int, name: str, cut_at: Callable[[bytes, int], int] | None) -> list[Span]:
+        return [span] if cut_at is None else self._split(span, part_bytes, name, cut_at, pieces=True)
 
     def texts(self, span: Span, data: bytes, records: RecordContext) -> list[str]:
         return [records.decode(data, span.start)]
