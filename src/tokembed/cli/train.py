@@ -217,6 +217,7 @@ def _add_training_options(t) -> None:
         return options.default_of(TrainConfig, name)
 
     options.add_windows(t, defaults=False, length_note=", or --context-length when that is smaller")
+    options.add_packing(t, "train on whole documents, attention and positions within each (no --stride)")
     t.add_argument(
         "--steps", type=int, dest="max_steps", help=f"optimizer steps in all (default {default('max_steps')})"
     )

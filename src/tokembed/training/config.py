@@ -12,6 +12,7 @@ from typing import Any
 
 from tokembed._checks import check_int, check_number, check_positive_int, config_from_dict
 from tokembed._paths import local_path
+from tokembed.data.packing import check_packer
 
 DEFAULT_BATCH_SIZE = 8  # windows per rank when neither batch_size nor global_batch_size is given
 
@@ -50,6 +51,10 @@ class TrainConfig:
         init_embeddings: a local GPT-2 weights file whose ``wte``/``wpe`` start the embeddings.
         tokenizer: for a text file, the tokenizer (default ``"gpt2"``); for a shard folder, the one its
             manifest names is used, and naming another here is an error.
+        packing: train on whole documents packed into windows (a `tokembed.data.packing.PACKERS` name, e.g.
+            ``"best-fit"``): attention stays within each document and positions restart at each (the loader's
+            document metadata goes to the model); padding and each document's last token predict nothing.
+            None: sliding windows over the token stream (the chapter's).
     """
 
     data: str | dict
@@ -74,6 +79,7 @@ class TrainConfig:
     init_embeddings: str | None = None
     tokenizer: str | None = None
     global_batch_size: int | None = None
+    packing: str | None = None
 
     def __post_init__(self) -> None:
         # absolute paths (eval and resume work from any folder), or a mixture's spec
@@ -101,6 +107,13 @@ class TrainConfig:
             )
         if self.stride is not None:
             object.__setattr__(self, "stride", check_positive_int("stride", self.stride))
+        if self.packing is not None:
+            object.__setattr__(self, "packing", check_packer(self.packing))
+            if self.stride is not None:
+                raise ValueError(
+                    f"stride={self.stride} does not apply with packing={self.packing!r} (each window holds whole "
+                    "documents from its first slot); leave stride out"
+                )
         object.__setattr__(self, "warmup_steps", check_int("warmup_steps", self.warmup_steps, min=0, noun="an integer"))
         object.__setattr__(self, "lr", check_number("lr", self.lr, min=0.0, min_open=True, noun=""))
         if not 0.0 <= self.min_lr_ratio <= 1.0:
@@ -116,8 +129,9 @@ class TrainConfig:
         object.__setattr__(self, "seed", check_int("seed", self.seed, min=0, noun="an integer"))
 
     @property
-    def window_stride(self) -> int:
-        return self.stride or self.max_length
+    def window_stride(self) -> int | None:
+        """The loader's stride: ``stride``, else ``max_length``; None with packing (windows of whole documents)."""
+        return None if self.packing else self.stride or self.max_length
 
     def rank_batch(self, world_size: int) -> int:
         """Windows per step on each of ``world_size`` ranks (``batch_size``, or the global batch's share)."""

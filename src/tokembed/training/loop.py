@@ -179,6 +179,8 @@ class _Run:
             batch_size=self.batch_size,
             max_length=config.max_length,
             stride=config.window_stride,
+            packing=config.packing,
+            output="documents" if config.packing else "pairs",  # packing: the model reads the documents' bounds
             shuffle=True,
             seed=config.seed,
             drop_last=True,
@@ -195,7 +197,7 @@ class _Run:
             self.phase_log.check_end(config.max_steps, config.max_length)
         self.state = TrainState()
         self.counter: TokenCounter | None = TokenCounter(model_config.vocab_size)
-        self.batches: Iterator[tuple[torch.Tensor, torch.Tensor]] = iter(())
+        self.batches: Iterator[Any] = iter(())  # (inputs, targets), or DocumentBatch es with packing
         self.rate = [0, 0.0]
         self.progress = Progress("off")  # the loop's (rank 0 shows it)
         # What the data is, whatever its path (rank 0 writes it with each checkpoint; resume compares it).
@@ -277,7 +279,7 @@ class _Run:
         w = self.dist.world_size
         return f"global batch {self.global_batch_size} windows ({self.batch_size} per rank x {w} rank{'s' if w != 1 else ''})"
 
-    def _next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+    def _next_batch(self) -> Any:
         while True:
             try:
                 return next(self.batches)
@@ -295,12 +297,15 @@ class _Run:
         """
         c, s = self.config, self.state
         t_start = time.perf_counter()
-        inputs, targets = to_device(self._next_batch(), self.device)  # (B,T),(B,T) of this rank
+        batch = self._next_batch()  # (inputs, targets), or with packing a DocumentBatch
+        if c.packing:  # attention within documents, positions restarting at each: from the loader's metadata
+            batch = (batch.inputs, batch.targets, batch.document_ids())
+        inputs, targets, *documents = to_device(batch, self.device)  # (B,T),(B,T)[,(B,T)] of this rank
         lr = lr_at(s.step, c)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         with autocast(self.device, self.precision):
-            loss = self.step_model(inputs, targets)  # (B,T),(B,T) -> scalar
+            loss = self.step_model(inputs, targets, *documents)  # (B,T),(B,T)[,(B,T)] -> scalar
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()  # DDP: gradients are averaged over the ranks here
         if c.grad_clip > 0:
@@ -445,8 +450,10 @@ class _LossStep(torch.nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        return self.model.loss(inputs, targets)  # (B,T),(B,T) -> scalar
+    def forward(
+        self, inputs: torch.Tensor, targets: torch.Tensor, document_ids: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        return self.model.loss(inputs, targets, document_ids=document_ids)  # (B,T),(B,T)[,(B,T)] -> scalar
 
 
 def _step_model(model: GPT, device: DeviceConfig, dist: Distributed, where: torch.device) -> torch.nn.Module:
