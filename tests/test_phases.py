@@ -627,6 +627,17 @@ def test_train_resumes_a_schedule_whose_sources_moved_by_their_content(four, tmp
     assert config["train"]["data"] == phased(there).spec()  # the checkpoint names where the data is now
 
 
+def test_train_packing_on_phases_resumes_exactly(four, tmp_path):
+    m = phased(four)
+    kw = dict(data=m, max_length=L, batch_size=6, max_steps=14, packing="best-fit", checkpoint_interval=100)
+    model = {"context_length": L, "dim": 16, "n_layers": 1, "n_heads": 2}
+    whole = tokembed.train({"out": str(tmp_path / "whole"), **kw}, model, progress=False)
+    assert [r["phase"] for r in whole.log["train"]] == [1] * 4 + [2] * 7 + [3] * 3  # the same phases, packed
+    tokembed.train({"out": str(tmp_path / "split"), **kw}, model, progress=False, stop_at=5)
+    rest = tokembed.train({"out": str(tmp_path / "split"), "data": m}, resume=True, progress=False)
+    assert [r["loss"] for r in rest.log["train"]] == [r["loss"] for r in whole.log["train"]]
+
+
 def add_val_split(path: Path, i: int, n: int) -> None:
     """Give source folder ``path`` (source ``i``) a val split of one document of ``n`` tokens of its own."""
     other = path.parent / f"{path.name}-val"
