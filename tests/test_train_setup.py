@@ -101,7 +101,7 @@ def test_resume_auto_starts_then_resumes(tmp_path, reference):
 
 
 def test_a_fresh_run_needs_data(tmp_path):
-    with pytest.raises(ValueError, match=r"no training data: give data \(DATA or --source\) to start a run"):
+    with pytest.raises(ValueError, match=r"no training data: give data \(DATA, --source or --mixture\) to start a run"):
         train({"out": str(tmp_path / "new")}, progress=False)
 
 
@@ -199,7 +199,7 @@ def test_cli_resume_without_data_and_resume_auto(tmp_path, reference, capsys):
     assert main([*args, "--resume", "auto"]) == 0  # finished: nothing more to do, no error
     capsys.readouterr()
     assert main(["train", "--out", str(tmp_path / "none"), "--no-progress"]) == 2
-    assert "no training data: give data (DATA or --source)" in capsys.readouterr().err
+    assert "no training data: give data (DATA, --source or --mixture)" in capsys.readouterr().err
 
 
 # -------------------------------------------------------------------------------------- the global batch

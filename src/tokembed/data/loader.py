@@ -36,6 +36,7 @@ source, chosen by the mixture's quota schedule (`tokembed.data.mixture_windows`)
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -52,6 +53,8 @@ from tokembed.data.shuffle import FeistelPermutation
 from tokembed.data.windows import SlidingWindowDataset
 
 __all__ = ["LoaderConfig", "WindowDataLoader", "WindowLoader", "create_dataloader", "resolve_rank"]
+
+_log = logging.getLogger(__name__)
 
 STATE_FORMAT = "tokembed-loader"
 STATE_VERSION = 1
@@ -307,6 +310,7 @@ class WindowLoader:
         self._done = 0  # batches of the current epoch handed out by the live iterator
         self._resume_at = 0  # where the next iterator starts (set by load_state_dict)
         self._iter_id = 0
+        self.resume_notes: list[str] = []  # what a phased mixture's schedule changed at the last load_state_dict
 
     def __len__(self) -> int:
         """Batches per epoch on this rank."""
@@ -381,7 +385,7 @@ class WindowLoader:
             "seed": self.seed,
             "drop_last": self.drop_last,
             "world_size": self.world_size,
-            **(self.dataset.mixture.state_entries() if isinstance(ds, MixtureWindows) else {}),
+            **(ds.state_entries() if isinstance(ds, MixtureWindows) else {}),
             "global_batch_size": self.global_batch_size,
         }
 
@@ -418,7 +422,9 @@ class WindowLoader:
         mine, theirs = self._config(), dict(state.get("config", {}))
         if "global_batch_size" not in theirs and {"batch_size", "world_size"} <= theirs.keys():  # older states
             theirs["global_batch_size"] = theirs["batch_size"] * theirs["world_size"]
-        diff = [k for k in mine if theirs.get(k) != mine[k]]
+        # A phased mixture checks its data and schedule itself (after the rest): see _check_schedule.
+        handled = self.dataset.resume_keys(theirs) if isinstance(self.dataset, MixtureWindows) else ()
+        diff = [k for k in mine if k not in handled and theirs.get(k) != mine[k]]
         if theirs.get("global_batch_size") == mine["global_batch_size"]:
             diff = [k for k in diff if k not in ("batch_size", "world_size")]  # elastic: the same global order
         if diff:
@@ -432,8 +438,19 @@ class WindowLoader:
             raise ValueError(
                 f"the state's position (epoch={epoch!r}, batches_done={done!r}) is not within an epoch of {self.plan.batches} batches"
             )
+        self.resume_notes = self._check_schedule(theirs, epoch, done) if handled else []
         self._epoch, self._done, self._resume_at = epoch, done, done
         self._iter_id += 1
+
+    def _check_schedule(self, saved: dict[str, Any], epoch: int, done: int) -> list[str]:
+        """A phased mixture's state: its started phases must be the same; what changed after them is returned
+        (and logged). The position is the saved one: its epoch of ``windows // G`` steps, and its steps done."""
+        g, ds = self.global_batch_size, self.dataset
+        slot = (epoch * (int(saved.get("windows") or 0) // g) + done) * g
+        notes = ds.resume_check(saved, slot=slot) if isinstance(ds, MixtureWindows) else []
+        for note in notes:
+            _log.info("resuming at step %d: %s", slot // g, note)
+        return notes
 
     def as_dataloader(self) -> WindowDataLoader:
         """This loader as a ``torch.utils.data.DataLoader`` (for trainers that check ``isinstance``: Fabric,
