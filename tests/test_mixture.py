@@ -365,11 +365,11 @@ def test_train_on_a_mixture_resumes_exactly(three, tmp_path, capsys):
     saved = json.loads((tmp_path / "whole" / "config.json").read_text())["train"]["data"]
     assert saved == {"sources": [[str(three[0]), 0.6], [str(three[2]), 0.4]], "seed": 0}
     args = ["train", "--source", f"{three[0]}:0.6", "--source", f"{three[2]}:0.4", "--out", str(tmp_path / "cli")]
-    small = ["--dim", "16", "--layers", "1", "--heads", "2", "--max-length", str(L), "--steps", "2", "--no-progress"]
+    small = ["--dim", "16", "--layers", "1", "--heads", "2", "--max-length", str(L), "--steps", "2", "--quiet"]
     assert main([*args, *small]) == 0
-    assert main([*args, "--resume", "--steps", "3", "--no-progress"]) == 0
+    assert main([*args, "--resume", "--steps", "3", "--quiet"]) == 0
     other = ["train", "--source", f"{three[0]}:0.5", "--source", f"{three[2]}:0.5", "--out", str(tmp_path / "cli")]
-    assert main([*other, "--resume", "--steps", "4", "--no-progress"]) == 2
+    assert main([*other, "--resume", "--steps", "4", "--quiet"]) == 2
     assert "--resume: the checkpoint was trained on" in capsys.readouterr().err
     assert main(["train", str(three[0]), "--source", f"{three[2]}:1", "--out", str(tmp_path / "x")]) == 2
     assert "either as DATA, as --source PATH:WEIGHT options (repeated) or as --mixture FILE" in capsys.readouterr().err
