@@ -45,6 +45,8 @@ _PUBLIC = {
     "window_count": "data.plan",
     "WindowLoader": "data.loader",
     "Mixture": "data.mixture",
+    "PhasedMixture": "data.phases",
+    "load_schedule": "data.phases",
     "create_dataloader": "data.loader",
     "collate_windows": "data.windows",
     "DocumentBatch": "data.batch",

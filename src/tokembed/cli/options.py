@@ -321,6 +321,18 @@ def windows(*, defaults: bool) -> argparse.ArgumentParser:
     return p
 
 
+def add_packing(container, what: str) -> None:
+    """``--packing PACKER`` into a parser or group: a name of `tokembed.data.packing.PACKERS` (checked where it is
+    used, so that a wrong name is refused with the list). ``what`` says what packing does for this command."""
+    container.add_argument(
+        "--packing",
+        default=None,
+        metavar="PACKER",
+        help=f"{what}: pack whole documents into windows of max-length with a packer of "
+        "tokembed.data.packing.PACKERS, e.g. best-fit (a wrong name lists them)",
+    )
+
+
 def storage() -> argparse.ArgumentParser:
     """Options for shard folders and inputs in object storage (issue 21): add them here, once for every command.
 

@@ -36,6 +36,7 @@ source, chosen by the mixture's quota schedule (`tokembed.data.mixture_windows`)
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -53,10 +54,13 @@ from tokembed.data.windows import SlidingWindowDataset, WindowSource
 
 __all__ = ["LoaderConfig", "WindowDataLoader", "WindowLoader", "create_dataloader", "resolve_rank"]
 
+_log = logging.getLogger(__name__)
+
 STATE_FORMAT = "tokembed-loader"
 STATE_VERSION = 1
 _PERM_POSITIONS = 65536  # positions permuted per vectorized call (~0.1 us each; 2 MB of temporaries)
 _CHUNK_TOKENS = 65536  # small batches are gathered together up to this many tokens (2 x 512 KiB of int64)
+_LAYOUT_BATCHES = 64  # batches whose document metadata is computed together (a few KiB per batch)
 
 
 # ------------------------------------------------------------------------------------------- ranks
@@ -230,27 +234,36 @@ class _RankBatches(torch.utils.data.IterableDataset):
         pool = _BufferPool() if info is None else None
         step = max(1, 1024 // (b * per_chunk)) * per_chunk  # batches per block, a multiple of per_chunk
         most = max(per_chunk, _PERM_POSITIONS // b // per_chunk * per_chunk)
+        # Document metadata is laid out for up to _LAYOUT_BATCHES batches at once (numpy's per-call costs spread
+        # over them), their tokens still gathered per_chunk batches at a time.
+        per_call = per_chunk if self.output != "documents" else max(per_chunk, _LAYOUT_BATCHES // per_chunk * per_chunk)
         while len(ts):
             head, ts, step = ts[:step], ts[step:], min(2 * step, most)
             for block in self.epoch.chunks(head, len(head)):  # (K', B); the shorter last batch apart
-                for i in range(0, len(block), per_chunk):
-                    yield from self._batches(block[i : i + per_chunk], pool)  # (K, B) windows
+                for i in range(0, len(block), per_call):
+                    yield from self._batches(block[i : i + per_call], pool, per_chunk)  # (K, B) windows
 
-    def _batches(self, ks: np.ndarray, pool: _BufferPool | None) -> Iterator[Any]:
-        """The batches of windows ``ks`` (K, B), gathered together."""
+    def _batches(self, ks: np.ndarray, pool: _BufferPool | None, per_chunk: int) -> Iterator[Any]:
+        """The batches of windows ``ks`` (K, B), gathered together (documents: ``per_chunk`` at a time)."""
         ds, b = self.dataset, ks.shape[1]
         if self.output == "rows":
             yield from ds._gather_rows(ks.ravel()).split(b)  # (B, T+1) each
             return
-        out = None if pool is None else pool.get((ks.size, ds.max_length))
         if self.output == "documents":
-            yield from ds._document_batches(ks.ravel(), batch_size=b, max_documents=self.max_documents, out=out)
+            yield from ds._document_batches(
+                ks.ravel(),
+                batch_size=b,
+                chunk=per_chunk,
+                max_documents=self.max_documents,
+                buffers=None if pool is None else pool.get,
+            )
+            return
+        out = None if pool is None else pool.get((ks.size, ds.max_length))
+        inputs, targets = ds._gather(ks.ravel(), out)  # (K*B, T), (K*B, T)
+        if len(ks) == 1:
+            yield inputs, targets
         else:
-            inputs, targets = ds._gather(ks.ravel(), out)  # (K*B, T), (K*B, T)
-            if len(ks) == 1:
-                yield inputs, targets
-            else:
-                yield from zip(inputs.split(b), targets.split(b))  # (B,T), (B,T) each
+            yield from zip(inputs.split(b), targets.split(b))  # (B,T), (B,T) each
 
 
 class WindowLoader:
@@ -297,6 +310,7 @@ class WindowLoader:
         self._done = 0  # batches of the current epoch handed out by the live iterator
         self._resume_at = 0  # where the next iterator starts (set by load_state_dict)
         self._iter_id = 0
+        self.resume_notes: list[str] = []  # what a phased mixture's schedule changed at the last load_state_dict
 
     def __len__(self) -> int:
         """Batches per epoch on this rank."""
@@ -371,7 +385,7 @@ class WindowLoader:
             "seed": self.seed,
             "drop_last": self.drop_last,
             "world_size": self.world_size,
-            **(ds.mixture.state_entries() if isinstance(ds, MixtureWindows) else {}),
+            **(ds.state_entries() if isinstance(ds, MixtureWindows) else {}),
             "global_batch_size": self.global_batch_size,
         }
 
@@ -408,7 +422,9 @@ class WindowLoader:
         mine, theirs = self._config(), dict(state.get("config", {}))
         if "global_batch_size" not in theirs and {"batch_size", "world_size"} <= theirs.keys():  # older states
             theirs["global_batch_size"] = theirs["batch_size"] * theirs["world_size"]
-        diff = [k for k in mine if theirs.get(k) != mine[k]]
+        # A phased mixture checks its data and schedule itself (after the rest): see _check_schedule.
+        handled = self.dataset.resume_keys(theirs) if isinstance(self.dataset, MixtureWindows) else ()
+        diff = [k for k in mine if k not in handled and theirs.get(k) != mine[k]]
         if theirs.get("global_batch_size") == mine["global_batch_size"]:
             diff = [k for k in diff if k not in ("batch_size", "world_size")]  # elastic: the same global order
         if diff:
@@ -422,8 +438,19 @@ class WindowLoader:
             raise ValueError(
                 f"the state's position (epoch={epoch!r}, batches_done={done!r}) is not within an epoch of {self.plan.batches} batches"
             )
+        self.resume_notes = self._check_schedule(theirs, epoch, done) if handled else []
         self._epoch, self._done, self._resume_at = epoch, done, done
         self._iter_id += 1
+
+    def _check_schedule(self, saved: dict[str, Any], epoch: int, done: int) -> list[str]:
+        """A phased mixture's state: its started phases must be the same; what changed after them is returned
+        (and logged). The position is the saved one: its epoch of ``windows // G`` steps, and its steps done."""
+        g, ds = self.global_batch_size, self.dataset
+        slot = (epoch * (int(saved.get("windows") or 0) // g) + done) * g
+        notes = ds.resume_check(saved, slot=slot) if isinstance(ds, MixtureWindows) else []
+        for note in notes:
+            _log.info("resuming at step %d: %s", slot // g, note)
+        return notes
 
     def as_dataloader(self) -> WindowDataLoader:
         """This loader as a ``torch.utils.data.DataLoader`` (for trainers that check ``isinstance``: Fabric,

@@ -12,7 +12,7 @@ import hashlib
 import json
 import numbers
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol, TypeAlias, TypeGuard
 
@@ -21,7 +21,7 @@ import torch
 from torch.utils.data import Dataset
 
 from tokembed._checks import check_bool, check_positive_int
-from tokembed.data.batch import DocumentBatch, document_batches, window_segments
+from tokembed.data.batch import DocumentBatch, DocumentLayout, window_segments
 from tokembed.data.plan import window_count
 from tokembed.shards import format as shard_format
 from tokembed.shards import reader as shard_reader
@@ -562,21 +562,28 @@ class SlidingWindowDataset(Dataset):
 
     def _gather_documents(self, k: np.ndarray, *, max_documents: int | None = None) -> DocumentBatch:
         """Windows ``k`` (B,) with where their documents begin and end (`tokembed.data.batch`)."""
-        return self._document_batches(k, batch_size=len(k), max_documents=max_documents)[0]
+        return next(self._document_batches(k, batch_size=len(k), max_documents=max_documents))
 
     def _document_batches(
         self,
         k: np.ndarray,
         *,
         batch_size: int,
+        chunk: int = 1,
         max_documents: int | None = None,
-        out: tuple[np.ndarray, np.ndarray] | None = None,
-    ) -> list[DocumentBatch]:
-        """Windows ``k`` (K*B,) as K `DocumentBatch` es of ``batch_size``, laid out together."""
+        buffers: Callable[[tuple[int, int]], tuple[np.ndarray, np.ndarray]] | None = None,
+    ) -> Iterator[DocumentBatch]:
+        """Windows ``k`` (K*B,) as K `DocumentBatch` es of ``batch_size``: their layout computed together, their
+        tokens gathered ``chunk`` batches at a time (into ``buffers(shape)`` when given: the loader's pool)."""
         starts = self._window_starts(k)  # (K*B,)
-        inputs, targets = _split_rows(self._rows(starts), out)
-        seg_row, seg_start = window_segments(starts, self.document_starts(), self.max_length)
-        return document_batches(inputs, targets, seg_row, seg_start, batch_size=batch_size, max_documents=max_documents)
+        segments = window_segments(starts, self.document_starts(), self.max_length)
+        layout = DocumentLayout(segments, length=self.max_length, batch_size=batch_size, max_documents=max_documents)
+        step = chunk * batch_size
+        for i in range(0, len(starts), step):
+            part = starts[i : i + step]
+            out = None if buffers is None else buffers((len(part), self.max_length))
+            inputs, targets = _split_rows(self._rows(part), out)
+            yield from layout.batches(inputs, targets, i // batch_size)
 
     def document_starts(self) -> np.ndarray:
         """Where every document starts, in the coordinate of `starts`: sorted int64 (D,), cached per process.

@@ -4,6 +4,7 @@ the identity of the data itself (`data_identity`: by content, so a moved copy is
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from fractions import Fraction
@@ -75,9 +76,10 @@ def data_tokenizer(data: str | Path | dict, *, tokenizer: TokenizerLike | None =
     if isinstance(data, dict):
         from tokembed.shards.reader import expect_tokenizer
 
-        recorded = _mixture(data).tokenizer or identity_from_manifest(None)  # none recorded: GPT-2's ids
+        mixture = _mixture(data)
+        recorded = mixture.tokenizer or identity_from_manifest(None)  # none recorded: GPT-2's ids
         if tokenizer is not None:
-            expect_tokenizer(Path(data["sources"][0][0]), recorded, tokenizer)
+            expect_tokenizer(Path(mixture.paths[0]), recorded, tokenizer)
         return recorded
 
     path = Path(data)
@@ -93,9 +95,27 @@ def data_tokenizer(data: str | Path | dict, *, tokenizer: TokenizerLike | None =
 
 
 def _mixture(spec: dict):
-    from tokembed.data.mixture import Mixture
+    from tokembed.data.phases import mixture_from_spec
 
-    return Mixture.from_spec(spec)
+    return mixture_from_spec(spec)
+
+
+def _validation_weights(mixture) -> list[float]:
+    """Each source's share of the validation tokens: its weight; over phases, its largest weight in any phase
+    (normalised), so that every source the run reads is validated."""
+    peak = [max(float(ph.weights[i]) for ph in mixture.phases) for i in range(len(mixture.paths))]
+    return [w / sum(peak) for w in peak]
+
+
+def phase_weighted(sources: list[ValidationSource], phase: Any, paths: list[str]) -> list[ValidationSource]:
+    """``sources`` weighted as ``phase`` (a `tokembed.PhasedMixture` phase over ``paths``, its sources in source
+    order) weighs them, so that a validation total is the loss of the mixture being trained on then; a source
+    the phase does not read weighs 0 (its own loss is still reported). Unchanged when the phase reads none of
+    them (its sources have no validation split)."""
+    now = {path: float(phase.weights[i]) for i, path in enumerate(paths)}
+    if not any(now.get(s.name) for s in sources):
+        return list(sources)
+    return [dataclasses.replace(s, weight=now.get(s.name, 0.0)) for s in sources]
 
 
 def weighted_share(budget: int, weight: float) -> int:
@@ -114,7 +134,7 @@ def _mixture_data(
 
     mixture, tok = _mixture(spec), data_tokenizer(spec, tokenizer=tokenizer)
     vals, n_train = [], 0
-    for path, weight in zip(mixture.paths, mixture.weights):
+    for path, weight in zip(mixture.paths, _validation_weights(mixture)):
         n_train += open_shards(path, split="train").n_tokens
         try:
             split = open_shards(path, split="val")
@@ -143,8 +163,9 @@ def load_training_data(
 
     A shard folder: its ``train`` split (read lazily by the loader) and its ``val`` split.
     A text file: its tokens, the first ``1 - val_fraction`` for training, the rest for validation.
-    A mixture's spec (`tokembed.Mixture.spec`): the `Mixture` of the sources' train splits; each source's
-    val split, on its own (`TrainingData.validation`).
+    A mixture's spec (`tokembed.Mixture.spec`, `tokembed.PhasedMixture.spec`): the mixture of the sources' train
+    splits; each source's val split, on its own (`TrainingData.validation`), weighted by its weight (over phases:
+    its largest weight in any phase, so that every source the run reads is validated).
 
     Args:
         max_val_windows: read only the validation tokens of this many windows of ``length`` (large
@@ -219,10 +240,13 @@ def data_identity(data: str | Path | dict) -> dict[str, Any]:
 
     A shard folder: its manifest's hash (the manifest lists every shard's sha256); a Megatron prefix: the
     sha256 its export recorded for the ``.bin`` (else that of the ``.idx``); a text file: its sha256; a
-    mixture's spec: each source's, in order.
+    mixture's spec: each source's, in order (a phased mixture's: every phase's sources, numbered as it
+    numbers them).
     """
     if isinstance(data, dict):
-        return {"sources": [data_identity(p) for p, _ in _mixture(data).spec()["sources"]]}
+        from tokembed.data.phases import spec_paths
+
+        return {"sources": [data_identity(p) for p in spec_paths(data)]}
     path = Path(data)
     if _is_shard_folder(path):
         from tokembed.shards.format import read_manifest

@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -31,7 +32,7 @@ from tokembed.embeddings.names import positional_scheme
 from tokembed.embeddings.rotary import RotaryEmbedding
 from tokembed.model.gpt import GPT
 from tokembed.model.loss import linear_cross_entropy
-from tokembed.training.data import ValidationSource
+from tokembed.training.data import TrainingData, ValidationSource, phase_weighted
 from tokembed.training.device import resolve_device
 from tokembed.training.progress import Progress
 
@@ -342,4 +343,22 @@ def _validation(checkpoint, config: dict, data) -> list[ValidationSource]:
         )
     if not split.validation:
         raise ValueError(f"{source} has no validation split to evaluate on; prepare it with one or pass a text file")
+    if data is None and len(getattr(split.train, "phases", ())) > 1 and not isinstance(checkpoint, tuple):
+        return _at_saved_phase(split, Path(checkpoint), train_cfg)
     return split.validation
+
+
+def _at_saved_phase(split: TrainingData, checkpoint: Path, train_cfg: dict) -> list[ValidationSource]:
+    """A phased mixture's validation sources weighted as the phase of the checkpoint's last step weighs them
+    (as training weighed its validation total then)."""
+    import json
+
+    from tokembed.model.checkpoint import read_checkpoint_file
+
+    state = read_checkpoint_file(checkpoint, "state.json", lambda p: json.loads(p.read_text(encoding="utf-8")))
+    g, length, step = train_cfg.get("global_batch_size"), train_cfg.get("max_length"), state.get("step")
+    if not (g and length and step):
+        return split.validation
+    mixture: Any = split.train  # a PhasedMixture
+    phase = mixture.phase_at((int(step) - 1) * int(g) * int(length))  # the phase of the step's first window
+    return phase_weighted(split.validation, phase, [str(p) for p in mixture.paths])
