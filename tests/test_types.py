@@ -106,7 +106,9 @@ def test_type_checkers_see_every_lazy_public_name(package):
             assert alias.asname == alias.name, f"{ast.unparse(node)}: re-export it as itself (`X as X`)"
             seen[alias.name] = node.module
     expected = {name: m if m.startswith("tokembed.") else f"{package}.{m}" for name, m in public.items()}
-    assert seen == expected
+    missing = [f"    from {m} import {n} as {n}" for n, m in sorted(expected.items()) if seen.get(n) != m]
+    assert not missing, f"add under `if TYPE_CHECKING:` in {path.relative_to(ROOT)}:\n" + "\n".join(missing)
+    assert seen == expected, f"{path.relative_to(ROOT)} imports names that are not in _PUBLIC"
 
 
 def test_the_package_says_it_is_typed():

@@ -95,6 +95,8 @@ if TYPE_CHECKING:
     from tokembed.data.loader import create_dataloader as create_dataloader
     from tokembed.data.mixture import Mixture as Mixture
     from tokembed.data.packed import PackedWindows as PackedWindows
+    from tokembed.data.phases import PhasedMixture as PhasedMixture
+    from tokembed.data.phases import load_schedule as load_schedule
     from tokembed.data.plan import window_count as window_count
     from tokembed.data.sampler import WindowBatchSampler as WindowBatchSampler
     from tokembed.data.stats import shard_stats as shard_stats
