@@ -108,7 +108,6 @@ class TokenEncoder:
         except TypeError:  # lone surrogates are not UTF-8: tiktoken repairs them
             return self._reference(text)
 
-
     def encode_batch(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """Ids of many texts with one call where the backend has one (gigatoken's batch encode, on this thread):
         ``(ids, offsets)``, ``(n,)`` uint32 and ``(len(texts) + 1,)`` int64; text ``i``'s ids are

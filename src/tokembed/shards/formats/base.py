@@ -288,6 +288,17 @@ class RecordContext:
             return
         raise ValueError(f"{self.where(offset, k)}: {problem}")
 
+    def decode_all(self, data: bytes) -> str | None:
+        """``data`` (many records' bytes) decoded with one call when no record in it needs more than that: valid
+        UTF-8 without a control byte, so none is refused or has bytes replaced (what `decode` does with each then);
+        None when it is not (decode record by record)."""
+        if len(data.translate(None, _CONTROL)) != len(data):  # (5x faster than a regular expression's search)
+            return None
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+
     def decode(self, raw: bytes, offset: int, k: int = -1, *, bytes_from: int | None = None) -> str:
         """``raw`` as text: UTF-8; under ``strict`` invalid UTF-8 is an error naming the byte offset (counted from
         ``bytes_from``, default ``offset``: the record's place in the file), else replaced by U+FFFD and counted.
