@@ -142,3 +142,55 @@ def test_a_bad_line_is_named_by_its_line_in_the_fast_path():
     assert records.decode_all(data) is not None  # clean UTF-8: the fast path
     with pytest.raises(ValueError, match=r"in\.jsonl, line 3: not valid JSON \(Expecting value at column 1\)"):
         list(fmt.texts(span, data, records))
+
+
+def _outcome(fn, text):
+    try:
+        return "ok", json.dumps(fn(text), sort_keys=True)
+    except (ValueError, RecursionError) as e:
+        return type(e).__name__, str(e)
+
+
+_fragments = st.sampled_from(['{"text": ', '"a\\u00e9\\ud800"', "1e999", "NaN", "[", "]", "{", "}", ",", " ", ":", '"k"'])
+
+
+@given(_json.map(json.dumps) | st.lists(_fragments, max_size=12).map("".join) | st.text(max_size=20))
+@settings(max_examples=400, deadline=None)
+def test_a_line_parses_as_json_loads_parses_it(text):
+    from tokembed.shards.formats.jsonl import _loads
+
+    for line in (text, "{" + text + "}", '{"text": ' + text + "}"):
+        assert _outcome(_loads, line) == _outcome(json.loads, line)
+
+
+_value = st.sampled_from([b"plain", b"caf\xc3\xa9", b"bad \xff byte" + b"." * 70, b"\xe6\x9d", b"\xb1", None, b"ctl \x01" * 20, b""])
+
+
+@given(st.lists(_value, max_size=10))
+@settings(max_examples=200, deadline=None)
+def test_parquet_rows_decode_as_one_by_one(values):
+    import numpy as np
+
+    from tokembed.shards.formats.parquet import ParquetFormat, RowSpan, row_records
+
+    lengths = np.array([-1 if v is None else len(v) for v in values], dtype="<i8")
+    data = lengths.tobytes() + b"".join(v for v in values if v is not None)
+    span = RowSpan(0, 10, 10 + len(values), format="parquet")
+
+    def run(fast: bool):
+        stats = dict.fromkeys(("empty", "replaced", "bad_lines"), 0)
+        records = RecordContext(ParquetFormat(), "in.parquet", span, PrepareConfig(), stats)
+        try:
+            if fast:
+                return list(ParquetFormat().texts(span, data, records)), stats
+            out = []
+            for raw, row, k in row_records(span, data):  # the reference: each row through the shared rules
+                if raw is None:
+                    records.empty()
+                else:
+                    out.append(records.decode(raw, row, k, bytes_from=0))
+            return out, stats
+        except ValueError as e:
+            return str(e)
+
+    assert run(True) == run(False)
