@@ -151,7 +151,9 @@ def _outcome(fn, text):
         return type(e).__name__, str(e)
 
 
-_fragments = st.sampled_from(['{"text": ', '"a\\u00e9\\ud800"', "1e999", "NaN", "[", "]", "{", "}", ",", " ", ":", '"k"'])
+_fragments = st.sampled_from(
+    ['{"text": ', '"a\\u00e9\\ud800"', "1e999", "NaN", "[", "]", "{", "}", ",", " ", ":", '"k"']
+)
 
 
 @given(_json.map(json.dumps) | st.lists(_fragments, max_size=12).map("".join) | st.text(max_size=20))
@@ -163,7 +165,9 @@ def test_a_line_parses_as_json_loads_parses_it(text):
         assert _outcome(_loads, line) == _outcome(json.loads, line)
 
 
-_value = st.sampled_from([b"plain", b"caf\xc3\xa9", b"bad \xff byte" + b"." * 70, b"\xe6\x9d", b"\xb1", None, b"ctl \x01" * 20, b""])
+_value = st.sampled_from(
+    [b"plain", b"caf\xc3\xa9", b"bad \xff byte" + b"." * 70, b"\xe6\x9d", b"\xb1", None, b"ctl \x01" * 20, b""]
+)
 
 
 @given(st.lists(_value, max_size=10))
