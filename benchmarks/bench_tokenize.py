@@ -44,7 +44,7 @@ def documents(size_mb: float) -> list[str]:
 def _riptoken(enc):
     import riptoken
 
-    core = riptoken.CoreBPE(enc._mergeable_ranks, {}, enc._pat_str)
+    core = riptoken.CoreBPE(enc.mergeable_ranks, {}, enc.split_pattern)
     return core.encode_ordinary
 
 

@@ -158,7 +158,11 @@ def test_stats_plans_the_windows_train_reads_by_default():
     args = build_parser().parse_args(["stats", "shards"])
     assert (args.max_length, args.batch_size, args.stride) == (TrainConfig(data="x", out="y").max_length, 8, None)
     assert args.max_length == TrainConfig.__dataclass_fields__["max_length"].default
-    assert args.batch_size == TrainConfig.__dataclass_fields__["batch_size"].default
+    from tokembed.training.config import DEFAULT_BATCH_SIZE
+
+    # TrainConfig.batch_size is None (from global_batch_size when given); a default train reads DEFAULT_BATCH_SIZE
+    assert TrainConfig(data="x", out="y").batch_size in (None, DEFAULT_BATCH_SIZE)
+    assert args.batch_size == DEFAULT_BATCH_SIZE
     train = build_parser().parse_args(["train", "data.txt", "--out", "run"])
     assert (train.max_length, train.batch_size) == (
         None,
@@ -250,3 +254,30 @@ def test_export_takes_its_output_once(tmp_path, capsys):
     assert "--out was given twice: as --out B and as a positional A; keep --out" in capsys.readouterr().err
     assert main(["export", str(tmp_path / "S")]) == 2
     assert "the following argument is required: --out (where to write)" in capsys.readouterr().err
+
+
+def test_the_pictures_plot_offers_are_the_librarys():
+    from tokembed.cli.inspect import PLOT_KINDS
+    from tokembed.inspection.plot import PICTURES, plot_table
+
+    assert PLOT_KINDS == PICTURES  # the parser cannot import the library (torch) to ask it
+    with pytest.raises(ValueError, match=r"unknown picture 'umap'; choose one of pca, tsne, positions, norms"):
+        plot_table(None, "umap")
+
+
+def test_quiet_leaves_out_notes_and_summaries_but_not_the_answer(tmp_path, capsys):
+    from inspect_helpers import planted_table, write_checkpoint
+
+    ck = write_checkpoint(tmp_path / "ck", planted_table(8))  # records no counts: inspect notes it
+    assert main(["inspect", str(ck), "neighbours", " king"]) == 0
+    loud = capsys.readouterr()
+    assert main(["inspect", str(ck), "neighbours", " king", "-q"]) == 0
+    quiet = capsys.readouterr()
+    assert "records no token counts" in loud.err and quiet.err == "" and quiet.out == loud.out != ""
+    (tmp_path / "a.txt").write_text("one document. " * 50, encoding="utf-8")
+    for rank in ("0", "1"):
+        argv = ["prepare", str(tmp_path / "a.txt"), "-o", str(tmp_path / "s"), "--workers", "1"]
+        assert main([*argv, "--rank", rank, "--world-size", "2", "--quiet"]) == 0
+    assert main(["merge", str(tmp_path / "s"), "-q"]) == 0
+    assert capsys.readouterr().err == ""  # no progress, no summary, no "merged" line
+    assert main(["check", str(tmp_path / "s")]) == 0

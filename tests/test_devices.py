@@ -135,7 +135,7 @@ def test_progress_bars_where_slow_and_none_in_a_pipe(tmp_path, capsys):
     from tokembed.training.evaluation import evaluate_tokens
 
     model = tokembed_gpt()
-    evaluate_tokens(model, torch.arange(200) % 40, length=16, progress=True)
+    evaluate_tokens(model, torch.arange(200) % 40, length=16, progress="bar")  # True: a bar on a terminal only
     token_counts(STORY, progress=True)
     project_2d(torch.randn(12, 4), method="tsne", progress=True)
     err = capsys.readouterr().err

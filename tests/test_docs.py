@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import importlib
 import re
 import shlex
@@ -163,9 +164,14 @@ def _words(command: str) -> list[str]:
     return words[1:cut]
 
 
+@functools.cache
+def _parser() -> argparse.ArgumentParser:
+    return build_parser()  # one for every line: parsing leaves a parser as it was
+
+
 def _command_parser(words: list[str]) -> argparse.ArgumentParser | None:
     """The (sub)parser ``words`` select: ``inspect SOURCE QUESTION`` skips its SOURCE."""
-    parser = build_parser()
+    parser = _parser()
     rest = list(words)
     while True:
         subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
@@ -191,7 +197,7 @@ def test_every_command_line_in_the_docs_uses_the_current_options(capsys):
             if re.fullmatch(r"--[a-z][\w-]*|-[a-zA-Z]", flag) and flag not in known:
                 bad.append(f"{doc}:{line}: {flag} is not an option of `{parser.prog}` ({command})")
         with contextlib.suppress(SystemExit):  # placeholders (megatron|nanogpt) may not parse: options checked above
-            build_parser().parse_args(words)
+            _parser().parse_args(words)
         notes = [n for n in capsys.readouterr().err.splitlines() if "is deprecated" in n]
         bad += [f"{doc}:{line}: {command}: {n}" for n in notes]
     assert not bad, "\n".join(bad)

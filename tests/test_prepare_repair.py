@@ -88,3 +88,12 @@ def test_another_option_is_named_with_both_values(made, folder, capsys):
     assert main([*args[:-2], "--shard-mb", "0.1", "--field", "body", "--val-fraction", "0.1"]) == 2
     err = capsys.readouterr().err
     assert "--field (text in the folder, body now)" in err and "--shard-mb (0.05 in the folder, 0.1 now)" in err
+
+
+def test_a_result_prints_in_one_line(made, folder):
+    """Was: print(prepare_corpus(...)) printed the whole manifest (about 450 KB for a large corpus)."""
+    result = prepare_corpus([made / "docs.jsonl"], folder, val_fraction=0.1, shard_mb=0.05, workers=1)
+    text = repr(result)
+    assert len(text) < 250 and "\n" not in text and "sha256" not in text
+    assert text.startswith(f"PrepareResult(out={str(folder)!r}, units={result.units}, ")
+    assert result.manifest["splits"]["train"]["shards"]  # the manifest is still there, as an attribute

@@ -132,7 +132,8 @@ def test_existing_out_needs_resume_and_resume_needs_a_checkpoint(tmp_path):
         train(cfg(tmp_path, max_steps=1), TINY, progress=False)
     with pytest.raises(FileNotFoundError, match=r"nothing to resume"):
         train(cfg(tmp_path, "other"), TINY, progress=False, resume=True)
-    with pytest.raises(ValueError, match=r"cannot resume with a different training setup \(batch_size: 4 -> 2\)"):
+    # The global batch is what must match (issue 24 item 2): was "a different training setup (batch_size: 4 -> 2)"
+    with pytest.raises(ValueError, match=r"global batch of 4 windows per step, this one would read 2 windows"):
         train(cfg(tmp_path, max_steps=1, batch_size=2), None, progress=False, resume=True)
 
 

@@ -18,8 +18,11 @@ __version__ = "0.1.0"
 _PUBLIC = {
     # text -> tokens
     "ENDOFTEXT": "tokenizer",
+    "Tokenizer": "tokenizer",
+    "TokenizerIdentity": "tokenizer",
     "available_tokenizers": "tokenizer",
     "get_tokenizer": "tokenizer",
+    "register_tokenizer": "tokenizer",
     # tokens -> shards
     "PrepareConfig": "shards.config",
     "PrepareResult": "shards.prepare",
@@ -63,6 +66,7 @@ _PUBLIC = {
     "GPTConfig": "model.config",
     "TrainConfig": "training.config",
     "train": "training.loop",
+    "TrainingInterrupted": "training.interrupt",
     "load_checkpoint": "model.checkpoint",
     "save_checkpoint": "model.checkpoint",
     "evaluate": "training.evaluation",

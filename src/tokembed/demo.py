@@ -6,7 +6,7 @@ import torch
 
 from tokembed.data.book import create_dataloader_v1
 from tokembed.embeddings import InputEmbedding, TokenEmbedding
-from tokembed.tokenizer import ENDOFTEXT, get_tokenizer, gpt2_files, tokenizer_identity
+from tokembed.tokenizer import ENDOFTEXT, Tokenizer, TokenizerLike, get_tokenizer, gpt2_files, tokenizer_identity
 
 __all__ = ["chapter_walk", "default_corpus"]
 
@@ -27,7 +27,7 @@ def _rounded(t: torch.Tensor, digits: int = 4) -> list:
     return torch.round(t.detach().double(), decimals=digits).tolist()
 
 
-def _tokenizer_facts(enc) -> dict:
+def _tokenizer_facts(enc: Tokenizer) -> dict:
     ident = tokenizer_identity(enc)
     if ident.source == "gpt2":
         vocab_bpe, encoder_json = gpt2_files()
@@ -53,7 +53,7 @@ def chapter_walk(
     stride: int | None = None,
     dim: int = 256,
     seed: int = 123,
-    tokenizer="gpt2",
+    tokenizer: TokenizerLike = "gpt2",
 ) -> dict:
     """Run the chapter's example and return every fact it prints, as plain data.
 

@@ -64,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tokembed: error: {e}", file=sys.stderr)
         return 2
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # as typed: `train` prints how to resume
     try:
         code = int(args.func(args) or 0)
         sys.stdout.flush()  # a reader that stopped early (`| head`) shows up here, not at exit

@@ -29,9 +29,11 @@ def _table(args):
     return table_with_counts(table, corpus=getattr(args, "corpus", None), min_count=getattr(args, "min_count", None))
 
 
-def _warn_queries(table, queries) -> None:
+def _warn_queries(table, queries, *, quiet: bool = False) -> None:
     """On stderr: a warning for each query token read fewer than min_count times, or a note without counts."""
     if table.counts is None:
+        if quiet:  # a note, not a warning: --quiet leaves it out
+            return
         print(
             f"note: {table.source or 'this table'} records no token counts, so under-trained tokens are not marked "
             "(pass --corpus, or use a checkpoint written by this tokembed's train)",
@@ -86,7 +88,7 @@ def _cmd_neighbours(args) -> int:
     table = _table(args)
     result = {}
     words = _words(args, args.words)
-    _warn_queries(table, words)
+    _warn_queries(table, words, quiet=args.quiet)
     for w, nb in zip(words, table.neighbours_many(words, topn=args.top)):
         ids = [w] if isinstance(w, int) else table.ids(w)
         what = f"{_show(w)} (token{'s' if len(ids) > 1 else ''} {', '.join(map(str, ids))})"
@@ -100,7 +102,7 @@ def _cmd_neighbours(args) -> int:
 def _cmd_analogy(args) -> int:
     table = _table(args)
     pos, neg = _words(args, args.positive), _words(args, args.negative)
-    _warn_queries(table, pos + neg)
+    _warn_queries(table, pos + neg, quiet=args.quiet)
     nb = table.most_similar(positive=pos, negative=neg, topn=args.top)
     if args.json:
         print(json.dumps([vars(n) for n in nb], ensure_ascii=False, indent=1))
@@ -113,7 +115,7 @@ def _cmd_analogy(args) -> int:
 def _cmd_similarity(args) -> int:
     table = _table(args)
     a, b = _words(args, [args.a, args.b])
-    _warn_queries(table, [a, b])
+    _warn_queries(table, [a, b], quiet=args.quiet)
     s = table.similarity(a, b)
     print(
         json.dumps({"a": a, "b": b, "cosine": s}, ensure_ascii=False)
@@ -133,7 +135,7 @@ def _cmd_tokens(args) -> int:
     for r in rows:
         print(f"{r.position:5d}  {r.id:6d}  {r.norm:8.4f}  {r.token!r:<20}{_mark(r)}")
     if table.counts is None:
-        _warn_queries(table, [])
+        _warn_queries(table, [], quiet=args.quiet)
     return 0
 
 
@@ -156,54 +158,17 @@ def _cmd_isotropy(args) -> int:
 
 
 def _cmd_plot(args) -> int:
-    from tokembed.inspection.plot import save_figure
+    from tokembed.inspection.plot import plot_table, save_figure
 
     table = _table(args)
-    fig = _figure(args, table)
+    if args.kind in ("pca", "tsne") and table.counts is None:
+        _warn_queries(table, [], quiet=args.quiet)  # the note: no counts, so under-trained tokens are not marked
+    fig = plot_table(
+        table, args.kind, run=args.source, n_points=args.points, label_top=args.labels, progress=_bars(args)
+    )
     save_figure(fig, args.out, overwrite=args.overwrite)
     print(f"wrote {args.out}")
     return 0
-
-
-def _figure(args, table):
-    from tokembed.inspection import plot
-
-    if args.kind in ("pca", "tsne"):
-        if table.counts is None:
-            _warn_queries(table, [])
-        return plot.plot_projection(
-            table, method=args.kind, n_points=args.points, label_top=args.labels, progress=_bars(args)
-        )
-    if args.kind == "positions":
-        return _positions_figure(args, table)
-    if args.kind == "norms":
-        return plot.plot_norm_vs_frequency(table)
-    log = _log(args.source)
-    if args.kind == "isotropy":
-        return plot.plot_isotropy(log.get("isotropy") or [])
-    return plot.plot_loss(log)
-
-
-def _positions_figure(args, table):
-    from tokembed.inspection import plot
-
-    if table.positions is not None:
-        return plot.plot_position_similarity(table)
-    from tokembed.inspection.positions import checkpoint_position_pictures, describe_scheme, has_position_modules
-
-    pictures = checkpoint_position_pictures(args.source) if has_position_modules(table.positional) else []
-    if not pictures:
-        raise ValueError(f"nothing to draw: {describe_scheme(table.positional)}")
-    return plot.plot_position_picture(pictures[-1])  # RoPE: the similarity against distance
-
-
-def _log(source) -> dict:
-    log_file = Path(source) / "log.json"
-    if not log_file.is_file():
-        raise FileNotFoundError(
-            f"{log_file} does not exist: the loss and isotropy plots need a checkpoint directory written by `tokembed train`"
-        )
-    return json.loads(log_file.read_text(encoding="utf-8"))
 
 
 def _cmd_info(args) -> int:
@@ -419,6 +384,8 @@ def _register_table_questions(q, common) -> None:
 
 
 def _register_report(subparsers) -> None:
+    from tokembed.inspection.report_config import ReportConfig  # torch-free: the defaults are the library's
+
     r = subparsers.add_parser(
         "report",
         help="one self-contained HTML page about an embedding table",
@@ -433,7 +400,7 @@ def _register_report(subparsers) -> None:
                 "the tokenizer of a table that names none (.npy, GPT-2 weights; none: ids only)", default="gpt2"
             ),
             options.counts(),
-            options.top("neighbours listed per word", default=8, old=["--topn"]),
+            options.top("neighbours listed per word", default=ReportConfig.topn, old=["--topn"]),
             options.quiet(),
             options.unverified(),
         ],
@@ -441,13 +408,23 @@ def _register_report(subparsers) -> None:
     r.add_argument("source", metavar="SOURCE", help="checkpoint directory, .npy/.safetensors table, or GPT-2 weights")
     r.add_argument("--words", nargs="+", metavar="WORD", help="words whose neighbours are listed. " + WORD_HELP)
     r.add_argument("--space", action="store_true", help="put a space before each of --words")
-    r.add_argument("--points", type=int, default=1500, help="tokens placed in the projections (default 1500)")
-    r.add_argument("--labels", type=int, default=40, help="tokens labelled in the projections (default 40)")
+    r.add_argument(
+        "--points",
+        type=int,
+        default=ReportConfig.n_points,
+        help="tokens placed in the projections (default %(default)s)",
+    )
+    r.add_argument(
+        "--labels",
+        type=int,
+        default=ReportConfig.label_top,
+        help="tokens labelled in the projections (default %(default)s)",
+    )
     r.add_argument("--no-tsne", action="store_true", help="skip the t-SNE map (drawn when scikit-learn is installed)")
     r.set_defaults(func=_cmd_report)
 
 
-PLOT_KINDS = ("pca", "tsne", "positions", "norms", "loss", "isotropy")
+PLOT_KINDS = ("pca", "tsne", "positions", "norms", "loss", "isotropy")  # inspection.plot.PICTURES (that imports torch)
 EXPORT_FORMATS = ("projector", "word2vec", "npy", "safetensors", "megatron", "nanogpt")
 
 

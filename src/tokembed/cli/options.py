@@ -1,7 +1,9 @@
 """The CLI's one vocabulary: each shared concept is one option, defined here once and given to commands as parents.
 
-Each function below returns an argparse parent parser (``add_parser(..., parents=[...])``) holding one concept's
-options, so a concept is spelled, typed and documented the same way in every command:
+Each function named after a concept (`out`, `overwrite`, `quiet`, ...) returns an argparse parent parser
+(``add_parser(..., parents=[...])``) holding that concept's options; `add_device` and `add_windows` put the same
+options into a parser or an argument group, for commands that group them (train). So a concept is spelled, typed
+and documented the same way in every command:
 
 ==================  =====================================  ==========================================================
 concept             option                                 commands
@@ -148,7 +150,9 @@ def _with_default(text: str, default: Any) -> str:
     return text if default is None else f"{text} (default: {default})"
 
 
-def out(what: str, *, metavar: str = "OUT", required: bool = True, default: str | None = None, old: Sequence[str] = ()):
+def out(
+    what: str, *, metavar: str = "OUT", required: bool = True, default: str | None = None, old: Sequence[str] = ()
+) -> argparse.ArgumentParser:
     """``--out/-o``: where the command writes ``what``; ``old``: this command's deprecated spellings."""
     p = _parent()
     p.add_argument(
@@ -165,14 +169,14 @@ def out(what: str, *, metavar: str = "OUT", required: bool = True, default: str 
     return p
 
 
-def overwrite(what: str, *, old: Sequence[str] = ()):
+def overwrite(what: str, *, old: Sequence[str] = ()) -> argparse.ArgumentParser:
     """``--overwrite``: replace what is already at ``--out``."""
     p = _parent()
     p.add_argument("--overwrite", *old, action=Spellings, old=old, flag=True, help=f"replace {what}")
     return p
 
 
-def quiet(*, old: Sequence[str] = ()):
+def quiet(*, old: Sequence[str] = ()) -> argparse.ArgumentParser:
     """``--quiet/-q``: nothing on stderr but warnings and errors; stdout unchanged."""
     p = _parent()
     p.add_argument("--quiet", "-q", *old, action=Spellings, old=old, flag=True, help=QUIET_HELP)
@@ -182,14 +186,14 @@ def quiet(*, old: Sequence[str] = ()):
 UNVERIFIED_HELP = "read a checkpoint that has no sha256.json (written before tokembed 0.2) without verifying it"
 
 
-def unverified(what: str = UNVERIFIED_HELP):
+def unverified(what: str = UNVERIFIED_HELP) -> argparse.ArgumentParser:
     """``--allow-unverified``: read a checkpoint written before checksums (``sha256.json``) without verifying it."""
     p = _parent()
     p.add_argument("--allow-unverified", action="store_true", help=what)
     return p
 
 
-def json_output(what: str = "print JSON on stdout instead of text"):
+def json_output(what: str = "print JSON on stdout instead of text") -> argparse.ArgumentParser:
     """``--json``: the answer as JSON on stdout."""
     p = _parent()
     p.add_argument("--json", action="store_true", help=what)
@@ -206,14 +210,14 @@ def add_device(container, *, training: bool = False) -> None:
         container.add_argument("--compile", action="store_true", help="compile the training step with torch.compile")
 
 
-def device(*, training: bool = False):
+def device(*, training: bool = False) -> argparse.ArgumentParser:
     """`add_device` as a parent parser."""
     p = _parent()
     add_device(p, training=training)
     return p
 
 
-def tokenizer(what: str, *, default: str | None = "gpt2", default_help: str | None = None):
+def tokenizer(what: str, *, default: str | None = "gpt2", default_help: str | None = None) -> argparse.ArgumentParser:
     """``--tokenizer``: ``what`` it is in this command, then the one help text of what may be named.
 
     ``default_help`` describes a default that is not one name (train: "gpt2, or the shard folder's").
@@ -235,7 +239,7 @@ def positive_int(text: str) -> int:
     return value
 
 
-def top(what: str, *, default: int | None, old: Sequence[str] = ()):
+def top(what: str, *, default: int | None, old: Sequence[str] = ()) -> argparse.ArgumentParser:
     """``--top N``: how many of a ranked list (neighbours, tokens, positions) to print or keep."""
     p = _parent()
     p.add_argument(
@@ -257,7 +261,7 @@ COUNTS_HELP = (
 )
 
 
-def counts(*, min_count: bool = True):
+def counts(*, min_count: bool = True) -> argparse.ArgumentParser:
     """``--corpus`` (where token counts come from) and ``--min-count`` (the under-trained threshold)."""
     p = _parent()
     p.add_argument("--corpus", metavar="PATH", help=COUNTS_HELP)
@@ -286,9 +290,10 @@ def add_windows(container, *, defaults: bool, length_note: str = "") -> None:
     help (``train``: unset means the checkpoint's values on --resume, else TrainConfig's). ``length_note`` follows
     the default of --max-length in its help.
     """
-    from tokembed.training.config import TrainConfig  # torch-free
+    from tokembed.training.config import DEFAULT_BATCH_SIZE, TrainConfig  # torch-free
 
-    length, batch = default_of(TrainConfig, "max_length"), default_of(TrainConfig, "batch_size")
+    length = default_of(TrainConfig, "max_length")
+    batch = default_of(TrainConfig, "batch_size") or DEFAULT_BATCH_SIZE  # None: from global_batch_size, else this
     container.add_argument(
         "--max-length",
         type=int,
@@ -300,18 +305,35 @@ def add_windows(container, *, defaults: bool, length_note: str = "") -> None:
         "--batch-size",
         type=int,
         default=batch if defaults else None,
-        help=f"windows per batch (default {batch})",
+        help=f"windows per batch on each rank (default {batch})"
+        + (
+            ", or --global-batch-size / ranks; with --resume, any that times the ranks makes its global batch"
+            if not defaults
+            else ""
+        ),
     )
 
 
-def windows(*, defaults: bool):
+def windows(*, defaults: bool) -> argparse.ArgumentParser:
     """`add_windows` as a parent parser."""
     p = _parent()
     add_windows(p, defaults=defaults)
     return p
 
 
-def storage():
+def add_packing(container, what: str) -> None:
+    """``--packing PACKER`` into a parser or group: a name of `tokembed.data.packing.PACKERS` (checked where it is
+    used, so that a wrong name is refused with the list). ``what`` says what packing does for this command."""
+    container.add_argument(
+        "--packing",
+        default=None,
+        metavar="PACKER",
+        help=f"{what}: pack whole documents into windows of max-length with a packer of "
+        "tokembed.data.packing.PACKERS, e.g. best-fit (a wrong name lists them)",
+    )
+
+
+def storage() -> argparse.ArgumentParser:
     """Options for shard folders and inputs in object storage (issue 21): add them here, once for every command.
 
     Given to every command that reads or writes shard folders; empty until remote storage lands.

@@ -178,13 +178,7 @@ def _register_stats(sub: argparse._SubParsersAction) -> None:
         help="ranks sharing each epoch: also print the batches per rank (tokembed.data.plan)",
     )
     s.add_argument("--per-file", action="store_true", help="also print one row per input file")
-    s.add_argument(
-        "--packing",
-        default=None,
-        metavar="PACKER",
-        help="also pack whole documents into windows of max-length and report the padding: a packer of "
-        "tokembed.data.packing.PACKERS, e.g. best-fit (a wrong name lists them)",
-    )
+    options.add_packing(s, "also report the padding and the documents cut")
     s.set_defaults(func=run_stats)
 
 

@@ -24,6 +24,16 @@ def _lengths(text: str) -> list[int]:
     return values
 
 
+def _every(text: str) -> str:
+    from tokembed.training.progress import Every  # torch-free
+
+    try:
+        Every.parse(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
 def _names(text: str) -> list[str]:
     return [x.strip() for x in text.split(",") if x.strip()]
 
@@ -53,7 +63,8 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
         "data",
         nargs="?",
         help="a shard folder (tokembed prepare) or a UTF-8 text file (its last 10%% of tokens is held out for validation); "
-        "or leave it out and give --source",
+        "or leave it out and give --source; with --resume, the checkpoint's data (a copy at another path is "
+        "recognised by its content)",
     )
     p.add_argument(
         "--source",
@@ -62,8 +73,7 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
         help="train on a mixture: repeat for each shard folder (or Megatron prefix) and its relative weight, "
         "e.g. --source shards/web:0.7 --source shards/code:0.3 (exact proportions; see docs/loading.md)",
     )
-    p.add_argument("--resume", action="store_true", help="continue the checkpoint in --out exactly where it stopped")
-    _add_model_options(p.add_argument_group("model (ignored with --resume: taken from the checkpoint)"))
+    _add_model_options(p.add_argument_group("model (with --resume: the checkpoint's; options given must agree)"))
     add_scheme_options(p)
     _add_training_options(
         p.add_argument_group("training (default: the checkpoint's values with --resume, else TrainConfig's)")
@@ -74,7 +84,35 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
         ),
         training=True,
     )
+    _add_run_options(p.add_argument_group("the run: resume, stop, progress"))
     p.set_defaults(func=run_train)
+
+
+def _add_run_options(r) -> None:
+    r.add_argument(
+        "--resume",
+        nargs="?",
+        const=True,
+        default=False,
+        metavar="auto",
+        help="continue the checkpoint in --out exactly where it stopped (on any number of ranks: the global batch "
+        "is kept); --resume auto: continue it if it exists, else start (for job scripts that restart themselves)",
+    )
+    r.add_argument(
+        "--stop-at",
+        type=int,
+        metavar="STEP",
+        help="stop after this step, saving it, as if interrupted (the schedule still runs to --steps: --resume "
+        "continues exactly); for a job that must end within its time slot",
+    )
+    r.add_argument(
+        "--log-every",
+        type=_every,
+        default="30s",
+        metavar="N",
+        help="without a terminal (nohup, Slurm, kubectl logs), a log line every N steps (50) or every N seconds "
+        "(30s, 2m, 1h); default 30s",
+    )
 
 
 def _add_model_options(m) -> None:
@@ -171,6 +209,7 @@ def _add_training_options(t) -> None:
         return options.default_of(TrainConfig, name)
 
     options.add_windows(t, defaults=False, length_note=", or --context-length when that is smaller")
+    options.add_packing(t, "train on whole documents, attention and positions within each (no --stride)")
     t.add_argument(
         "--steps", type=int, dest="max_steps", help=f"optimizer steps in all (default {default('max_steps')})"
     )
@@ -194,6 +233,12 @@ def _add_training_options(t) -> None:
     )
     t.add_argument(
         "--checkpoint-interval", type=int, help=f"steps between checkpoints (default {default('checkpoint_interval')})"
+    )
+    t.add_argument(
+        "--global-batch-size",
+        type=int,
+        help="windows per step over all ranks: what --resume keeps on any number of ranks (default: "
+        "--batch-size x ranks; with --resume, the checkpoint's)",
     )
     t.add_argument(
         "--keep",
@@ -321,90 +366,125 @@ def _device_config(args: argparse.Namespace):
     return DeviceConfig(device=args.device, precision=args.precision, compile=args.compile)
 
 
+# Model options of `tokembed train` -> GPTConfig fields (the vocabulary is the data's: train() sets it; the
+# scheme's options are gathered by `scheme_options`).
+MODEL_OPTIONS = ("positional", "context_length", "dim", "n_layers", "n_heads", "dropout", "document_mask")
+
+
 def _train_data(args: argparse.Namespace):
-    """DATA, or the `Mixture` of the --source PATH:WEIGHT options (exactly one of the two)."""
-    if (args.data is None) == (not args.source):
+    """DATA, the `Mixture` of the --source PATH:WEIGHT options, or None (with --resume: the checkpoint's)."""
+    if args.data is not None and args.source:
         raise ValueError(
-            "give the training data either as DATA or as --source PATH:WEIGHT options (repeated), not both or neither"
+            "give the training data either as DATA or as --source PATH:WEIGHT options (repeated), not both"
         )
-    if args.data is not None:
+    if not args.source:
         return args.data
     from tokembed.data.mixture import Mixture, parse_source
 
     return Mixture([parse_source(s) for s in args.source])
 
 
+def _resume_value(args: argparse.Namespace) -> bool | str:
+    """``--resume`` takes an optional ``auto``; a word after it that is not ``auto`` is the DATA argument."""
+    if args.resume in (True, False, "auto"):
+        return args.resume
+    if args.data is None:
+        args.data = args.resume
+        return True
+    raise ValueError(f"--resume takes no value but auto, got {args.resume!r}")
+
+
 def run_train(args: argparse.Namespace) -> int:
-    from tokembed.model.checkpoint import read_checkpoint_config
-    from tokembed.model.config import GPTConfig
     from tokembed.training.config import TrainConfig
-    from tokembed.training.data import data_tokenizer
+    from tokembed.training.interrupt import TrainingInterrupted
     from tokembed.training.loop import train
 
-    train_fields = [f.name for f in fields(TrainConfig) if f.name not in ("data", "out")]
-    given = {k: getattr(args, k) for k in train_fields if getattr(args, k, None) is not None}
-    model_config = None
-    data = _train_data(args)
-    if args.resume:
-        saved = read_checkpoint_config(args.out)
-        base = {k: v for k, v in saved["train"].items() if k not in ("data", "out")}
-        if TrainConfig(data=data, out=str(args.out)).data != TrainConfig(data=saved["train"]["data"], out="").data:
-            raise ValueError(f"--resume: the checkpoint was trained on {saved['train']['data']}, not {data}")
-        config = TrainConfig(data=saved["train"]["data"], out=str(args.out), **{**base, **given})
-    else:
-        if args.max_length is None and args.context_length is not None:
-            # Windows as long as the model's context unless asked otherwise (never longer).
-            given["max_length"] = min(args.context_length, TrainConfig.__dataclass_fields__["max_length"].default)
-        config = TrainConfig(data=data, out=str(args.out), **given)
-        names = ("positional", "dim", "n_layers", "n_heads", "dropout", "document_mask")
-        model_args = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
-        model_args["positional_options"] = scheme_options(args, args.positional or GPTConfig.positional)
-        tok = data_tokenizer(config.data, tokenizer=config.tokenizer)  # the vocabulary comes from the data
-        model_config = GPTConfig(
-            context_length=args.context_length or config.max_length,
-            tie_embeddings=not args.no_tie,
-            vocab_size=tok.n_vocab,
-            eot_token=tok.eot_token,
-            **model_args,
-        )
-    result = train(
-        config,
-        model_config,
-        resume=args.resume,
-        progress=_show_progress(args),
-        device=_device_config(args),
-        allow_unverified=args.allow_unverified,
-    )
+    resume = _resume_value(args)
+    options = {f.name: getattr(args, f.name) for f in fields(TrainConfig) if getattr(args, f.name, None) is not None}
+    options.update(data=_train_data(args), out=str(args.out))
+    model = {k: getattr(args, k) for k in MODEL_OPTIONS if getattr(args, k) is not None}
+    if args.no_tie:
+        model["tie_embeddings"] = False
+    chosen = scheme_options(args, args.positional or "learned")  # only the options given (train() fills the rest)
+    if chosen:
+        model["positional_options"] = chosen
+    device = _device_config(args)
+    progress = not args.quiet
+    try:
+        result = train(
+            options, model, resume=resume, stop_at=args.stop_at, progress=progress, log_every=args.log_every,
+            device=device, allow_unverified=args.allow_unverified,
+        )  # fmt: skip
+    except TrainingInterrupted as stop:
+        if _is_main():  # under torchrun: one line, from rank 0 (every rank stopped at the same step)
+            print(f"tokembed train: {stop}. Resume with: {_resume_command(args)}", file=sys.stderr, flush=True)
+        return 128 + stop.signal
     if result.is_main:  # under torchrun: one summary line, from rank 0
         val = f", validation loss {result.val_loss:.4f}" if result.val_loss is not None else ""
         print(f"step {result.step}: train loss {result.train_loss:.4f}{val}; checkpoint {result.checkpoint}")
     return 0
 
 
+def _is_main() -> bool:
+    import os
+
+    return os.environ.get("RANK", "0") == "0"
+
+
+def _resume_command(args: argparse.Namespace) -> str:
+    """This command again, resuming: the same arguments (with --resume), under torchrun as it was started."""
+    import os
+    import shlex
+
+    argv = list(args.argv)
+    if not any(a == "--resume" or a.startswith("--resume=") for a in argv):
+        argv.append("--resume")
+    command = ["tokembed", *argv]
+    local, world = int(os.environ.get("LOCAL_WORLD_SIZE", "1")), int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1:
+        nodes = [] if local == world else ["--nnodes", str(world // local)]
+        head = ["torchrun", "--standalone"] if local == world else ["torchrun", *nodes]
+        command = [*head, "--nproc_per_node", str(local), "-m", *command]
+    return shlex.join(command)
+
+
 def format_rows(rows: list[dict]) -> str:
-    lines = ["| length | loss | perplexity | windows | note |", "|---:|---:|---:|---:|---|"]
+    """Markdown: what was scored, then a row per length (and per source, for a mixture)."""
+    scored = next((r["scored"] for r in rows if r.get("scored")), None)
+    several = any(len(r.get("sources", ())) > 1 for r in rows)
+    head = ["length", *(["source"] if several else []), "loss", "perplexity", "windows", "note"]
+    lines = [f"scored: {scored}", ""] if scored else []
+    lines += ["| " + " | ".join(head) + " |", "|---:|" + ("---|" if several else "") + "---:|---:|---:|---|"]
     for r in rows:
         if r["loss"] is None:
-            lines.append(f"| {r['length']} | n/a | n/a | 0 | {r['note']} |")
-        else:
-            lines.append(
-                f"| {r['length']} | {r['loss']:.4f} | {r['perplexity']:.2f} | {r['windows']} | {r.get('note', '')} |"
-            )
+            lines.append(f"| {r['length']} |{' |' if several else ''} n/a | n/a | 0 | {r['note']} |")
+            continue
+        names = _labels([s["source"] for s in r["sources"]]) if several else {}
+        for s in r["sources"] if several else ():
+            lines.append(_row(r["length"], names[s["source"]], s, f"weight {s['weight']:.4g}"))
+        lines.append(_row(r["length"], "mixture (weighted)" if several else None, r, r.get("note", "")))
     return "\n".join(lines)
+
+
+def _row(length: int, label: str | None, r: dict, note: str) -> str:
+    source = f" {label} |" if label is not None else ""
+    return f"| {length} |{source} {r['loss']:.4f} | {r['perplexity']:.2f} | {r['windows']} | {note} |"
+
+
+def _labels(paths: list[str]) -> dict[str, str]:
+    """Each source's folder name, or its whole path where two share a name."""
+    names = [Path(p).name for p in paths]
+    return {p: n if names.count(n) == 1 else p for p, n in zip(paths, names)}
 
 
 def run_eval(args: argparse.Namespace) -> int:
     from tokembed.model.checkpoint import load_checkpoint
     from tokembed.training.evaluation import evaluate
 
-    model, config = load_checkpoint(args.checkpoint, allow_unverified=args.allow_unverified)
-    lengths = args.lengths
-    if lengths is None:
-        base = int(config.get("train", {}).get("max_length") or model.config.context_length)
-        lengths = [base * m for m in (1, 2, 4, 8)]
+    loaded = load_checkpoint(args.checkpoint, allow_unverified=args.allow_unverified)
     rows = evaluate(
-        (model, config),
-        lengths=lengths,
+        loaded,
+        lengths=args.lengths,
         data=args.data,
         batch_size=args.batch_size,
         max_windows=args.max_windows,
@@ -412,7 +492,7 @@ def run_eval(args: argparse.Namespace) -> int:
         rope_scaling=args.rope_scaling,
         evaluation="sliding" if args.sliding else "nonoverlapping",
         stride=args.stride,
-        progress=not args.json and _show_progress(args),  # a bar on a terminal only, never under --json
+        progress=not args.json and not args.quiet,  # a bar on a terminal, a line per length in a log
         device=args.device,
     )
     print(json.dumps(rows, indent=1) if args.json else format_rows(rows))
@@ -422,7 +502,8 @@ def run_eval(args: argparse.Namespace) -> int:
 def run_experiment(args: argparse.Namespace) -> int:
     from tokembed.training.experiment import QUICK, PositionsExperiment, run_positions_experiment
 
-    names = ("tokenizer", "train_length", "multiples", "steps", "batch_size", "lr", "dim", "n_layers", "n_heads")
+    names: tuple[str, ...] = ("tokenizer", "train_length", "multiples", "steps", "batch_size", "lr", "dim")
+    names += ("n_layers", "n_heads")
     names += ("seed", "eval_tokens", "sliding_stride", "threads", "device")
     options = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
     if args.quick:

@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader, Dataset, RandomSampler, SequentialSampl
 from tokembed._checks import check_positive_int
 from tokembed.data.plan import window_count
 from tokembed.data.windows import _WindowBatch, check_window_args, collate_windows, encode_text
-from tokembed.tokenizer import get_tokenizer
+from tokembed.tokenizer import TokenizerLike, get_tokenizer
 
 
 class GPTDatasetV1(Dataset):
@@ -30,7 +30,7 @@ class GPTDatasetV1(Dataset):
     ``dataset[k]`` is ``(inputs, targets)``, two int64 tensors of shape (max_length,).
     """
 
-    def __init__(self, txt: str, tokenizer, max_length: int, stride: int) -> None:
+    def __init__(self, txt: str, tokenizer: TokenizerLike, max_length: int, stride: int) -> None:
         check_positive_int("max_length", max_length)
         check_positive_int("stride", stride)
         self.token_ids = encode_text(txt, tokenizer)  # (N,)
@@ -73,7 +73,7 @@ def create_dataloader_v1(
     drop_last: bool = True,
     num_workers: int = 0,
     *,
-    tokenizer="gpt2",
+    tokenizer: TokenizerLike = "gpt2",
 ) -> DataLoader:
     """The book's ``create_dataloader_v1``: the same batches in the same order under the same seed.
 

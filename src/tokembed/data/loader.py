@@ -57,6 +57,7 @@ STATE_FORMAT = "tokembed-loader"
 STATE_VERSION = 1
 _PERM_POSITIONS = 65536  # positions permuted per vectorized call (~0.1 us each; 2 MB of temporaries)
 _CHUNK_TOKENS = 65536  # small batches are gathered together up to this many tokens (2 x 512 KiB of int64)
+_LAYOUT_BATCHES = 64  # batches whose document metadata is computed together (a few KiB per batch)
 
 
 # ------------------------------------------------------------------------------------------- ranks
@@ -230,27 +231,36 @@ class _RankBatches(torch.utils.data.IterableDataset):
         pool = _BufferPool() if info is None else None
         step = max(1, 1024 // (b * per_chunk)) * per_chunk  # batches per block, a multiple of per_chunk
         most = max(per_chunk, _PERM_POSITIONS // b // per_chunk * per_chunk)
+        # Document metadata is laid out for up to _LAYOUT_BATCHES batches at once (numpy's per-call costs spread
+        # over them), their tokens still gathered per_chunk batches at a time.
+        per_call = per_chunk if self.output != "documents" else max(per_chunk, _LAYOUT_BATCHES // per_chunk * per_chunk)
         while len(ts):
             head, ts, step = ts[:step], ts[step:], min(2 * step, most)
             for block in self.epoch.chunks(head, len(head)):  # (K', B); the shorter last batch apart
-                for i in range(0, len(block), per_chunk):
-                    yield from self._batches(block[i : i + per_chunk], pool)  # (K, B) windows
+                for i in range(0, len(block), per_call):
+                    yield from self._batches(block[i : i + per_call], pool, per_chunk)  # (K, B) windows
 
-    def _batches(self, ks: np.ndarray, pool: _BufferPool | None) -> Iterator[Any]:
-        """The batches of windows ``ks`` (K, B), gathered together."""
+    def _batches(self, ks: np.ndarray, pool: _BufferPool | None, per_chunk: int) -> Iterator[Any]:
+        """The batches of windows ``ks`` (K, B), gathered together (documents: ``per_chunk`` at a time)."""
         ds, b = self.dataset, ks.shape[1]
         if self.output == "rows":
             yield from ds._gather_rows(ks.ravel()).split(b)  # (B, T+1) each
             return
-        out = None if pool is None else pool.get((ks.size, ds.max_length))
         if self.output == "documents":
-            yield from ds._document_batches(ks.ravel(), batch_size=b, max_documents=self.max_documents, out=out)
+            yield from ds._document_batches(
+                ks.ravel(),
+                batch_size=b,
+                chunk=per_chunk,
+                max_documents=self.max_documents,
+                buffers=None if pool is None else pool.get,
+            )
+            return
+        out = None if pool is None else pool.get((ks.size, ds.max_length))
+        inputs, targets = ds._gather(ks.ravel(), out)  # (K*B, T), (K*B, T)
+        if len(ks) == 1:
+            yield inputs, targets
         else:
-            inputs, targets = ds._gather(ks.ravel(), out)  # (K*B, T), (K*B, T)
-            if len(ks) == 1:
-                yield inputs, targets
-            else:
-                yield from zip(inputs.split(b), targets.split(b))  # (B,T), (B,T) each
+            yield from zip(inputs.split(b), targets.split(b))  # (B,T), (B,T) each
 
 
 class WindowLoader:

@@ -16,12 +16,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 import torch
 
-from tokembed.data.batch import DocumentBatch, document_batches
+from tokembed.data.batch import DocumentBatch, DocumentLayout
 from tokembed.data.packed import PackedWindows
 from tokembed.data.shuffle import FeistelFamily, FeistelPermutation
 from tokembed.data.windows import SlidingWindowDataset
@@ -221,27 +222,30 @@ class MixtureWindows(SlidingWindowDataset):
         codes: np.ndarray,
         *,
         batch_size: int,
+        chunk: int = 1,
         max_documents: int | None = None,
-        out: tuple[np.ndarray, np.ndarray] | None = None,
-    ) -> list[DocumentBatch]:
+        buffers: Callable[[tuple[int, int]], tuple[np.ndarray, np.ndarray]] | None = None,
+    ) -> Iterator[DocumentBatch]:
         if self.packing is None:
-            return super()._document_batches(codes, batch_size=batch_size, max_documents=max_documents, out=out)
-        shape = (len(codes), self.max_length)
-        x, y = out if out is not None else (np.empty(shape, np.int64), np.empty(shape, np.int64))
-        segs: list[tuple[np.ndarray, np.ndarray]] = []
+            yield from super()._document_batches(
+                codes, batch_size=batch_size, chunk=chunk, max_documents=max_documents, buffers=buffers
+            )
+            return
+        t = self.max_length
+        x, y = np.empty((len(codes), t), np.int64), np.empty((len(codes), t), np.int64)
+        segs: list[np.ndarray] = []
 
         def part(rows, ds, windows):
-            xs, ys, seg_row, seg_start = ds._packed_segments(windows)
+            xs, ys, (flat, row, _) = ds._packed_segments(windows)
             x[rows], y[rows] = xs.numpy(), ys.numpy()
-            segs.append((rows[seg_row], seg_start))
+            segs.append(flat + (rows[row] - row) * t)  # each source's rows moved to theirs in the batch
 
         self._by_source(codes, part)
-        seg_row, seg_start = (np.concatenate(a) for a in zip(*segs))
-        order = np.argsort(seg_row * self.max_length + seg_start, kind="stable")
-        x_t, y_t = torch.from_numpy(x), torch.from_numpy(y)
-        return document_batches(
-            x_t, y_t, seg_row[order], seg_start[order], batch_size=batch_size, max_documents=max_documents
-        )
+        flat = np.sort(np.concatenate(segs))
+        row = flat // t
+        segments = (flat, row, np.bincount(row, minlength=len(codes)))
+        layout = DocumentLayout(segments, length=t, batch_size=batch_size, max_documents=max_documents)
+        yield from layout.batches(torch.from_numpy(x), torch.from_numpy(y), 0)
 
     def _gather_rows(self, codes: np.ndarray) -> torch.Tensor:
         if self.packing is not None:

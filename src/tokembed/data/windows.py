@@ -12,26 +12,27 @@ import hashlib
 import json
 import numbers
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset
 
 from tokembed._checks import check_bool, check_positive_int
-from tokembed.data.batch import DocumentBatch, document_batches, window_segments
+from tokembed.data.batch import DocumentBatch, DocumentLayout, window_segments
 from tokembed.data.plan import window_count
 from tokembed.shards import format as shard_format
 from tokembed.shards import reader as shard_reader
 from tokembed.shards.megatron import is_megatron_prefix
-from tokembed.tokenizer import ENDOFTEXT, get_tokenizer
+from tokembed.tokenizer import ENDOFTEXT, TokenizerLike, get_tokenizer
 from tokembed.tokenizer.gpt2 import GPT2_EOT
 
 __all__ = ["SlidingWindowDataset", "check_window_args", "collate_windows", "encode_text"]
 
 
-def encode_text(txt: str, tokenizer=None) -> np.ndarray:
+def encode_text(txt: str, tokenizer: TokenizerLike | None = None) -> np.ndarray:
     """Encode ``txt`` as the chapter does (``allowed_special={"<|endoftext|>"}``) into a compact array.
 
     Args:
@@ -46,7 +47,9 @@ def encode_text(txt: str, tokenizer=None) -> np.ndarray:
         raise TypeError(f"txt must be a str, got {type(txt).__name__}{hint}")
     if not txt:
         raise ValueError("txt is empty: give a text of at least max_length + 1 tokens")
-    enc = get_tokenizer("gpt2") if tokenizer is None else tokenizer
+    if tokenizer is None or isinstance(tokenizer, (str, os.PathLike)):
+        tokenizer = get_tokenizer(tokenizer or "gpt2")
+    enc: Any = tokenizer  # anything with tiktoken's encode (the book's own tokenizer objects too)
     if hasattr(enc, "encode_to_numpy") and getattr(enc, "n_vocab", None):
         # tiktoken >= 0.8 writes the ids straight into a buffer: no list of Python ints (28 bytes each).
         ids = enc.encode_to_numpy(txt, allowed_special={ENDOFTEXT})  # (N,) uint32
@@ -241,7 +244,7 @@ class SlidingWindowDataset(Dataset):
         split: str | None = None,
         verify: bool = False,
         eot_token: int | None = None,
-        tokenizer=None,
+        tokenizer: TokenizerLike | None = None,
         text: str | None = None,
     ) -> None:
         self.max_length = check_positive_int("max_length", max_length)
@@ -272,7 +275,8 @@ class SlidingWindowDataset(Dataset):
             text = source
         if text is not None:
             _refuse("a text", split=split, verify=verify)
-            enc = get_tokenizer("gpt2") if tokenizer is None else tokenizer
+            named = tokenizer is None or isinstance(tokenizer, (str, os.PathLike))
+            enc: Any = get_tokenizer(tokenizer or "gpt2") if named else tokenizer
             arr = encode_text(text, enc)
             self.source_kind = "text"
             self.eot_token = int(getattr(enc, "eot_token", GPT2_EOT)) if eot_token is None else int(eot_token)
@@ -518,21 +522,28 @@ class SlidingWindowDataset(Dataset):
 
     def _gather_documents(self, k: np.ndarray, *, max_documents: int | None = None) -> DocumentBatch:
         """Windows ``k`` (B,) with where their documents begin and end (`tokembed.data.batch`)."""
-        return self._document_batches(k, batch_size=len(k), max_documents=max_documents)[0]
+        return next(self._document_batches(k, batch_size=len(k), max_documents=max_documents))
 
     def _document_batches(
         self,
         k: np.ndarray,
         *,
         batch_size: int,
+        chunk: int = 1,
         max_documents: int | None = None,
-        out: tuple[np.ndarray, np.ndarray] | None = None,
-    ) -> list[DocumentBatch]:
-        """Windows ``k`` (K*B,) as K `DocumentBatch` es of ``batch_size``, laid out together."""
+        buffers: Callable[[tuple[int, int]], tuple[np.ndarray, np.ndarray]] | None = None,
+    ) -> Iterator[DocumentBatch]:
+        """Windows ``k`` (K*B,) as K `DocumentBatch` es of ``batch_size``: their layout computed together, their
+        tokens gathered ``chunk`` batches at a time (into ``buffers(shape)`` when given: the loader's pool)."""
         starts = self._window_starts(k)  # (K*B,)
-        inputs, targets = _split_rows(self._rows(starts), out)
-        seg_row, seg_start = window_segments(starts, self.document_starts(), self.max_length)
-        return document_batches(inputs, targets, seg_row, seg_start, batch_size=batch_size, max_documents=max_documents)
+        segments = window_segments(starts, self.document_starts(), self.max_length)
+        layout = DocumentLayout(segments, length=self.max_length, batch_size=batch_size, max_documents=max_documents)
+        step = chunk * batch_size
+        for i in range(0, len(starts), step):
+            part = starts[i : i + step]
+            out = None if buffers is None else buffers((len(part), self.max_length))
+            inputs, targets = _split_rows(self._rows(part), out)
+            yield from layout.batches(inputs, targets, i // batch_size)
 
     def document_starts(self) -> np.ndarray:
         """Where every document starts, in the coordinate of `starts`: sorted int64 (D,), cached per process.

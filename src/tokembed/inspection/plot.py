@@ -9,7 +9,9 @@ and `save_figure` live in ``tokembed._plot``, which a checkpoint also draws with
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -19,6 +21,7 @@ from tokembed.inspection.project import project_2d
 from tokembed.inspection.table import EmbeddingTable
 
 __all__ = [
+    "PICTURES",
     "plot_isotropy",
     "plot_loss",
     "plot_norm_vs_frequency",
@@ -26,6 +29,7 @@ __all__ = [
     "plot_position_picture",
     "plot_position_similarity",
     "plot_projection",
+    "plot_table",
     "save_figure",
 ]
 
@@ -263,3 +267,58 @@ def plot_isotropy(history: list[dict]):
     ax.set_title("Isotropy of the token table at each checkpoint", fontsize=10)
     ax.legend(loc="best", fontsize=7)
     return fig
+
+
+PICTURES = ("pca", "tsne", "positions", "norms", "loss", "isotropy")  # what `plot_table` draws, by name
+
+
+def plot_table(
+    table: EmbeddingTable,
+    kind: str,
+    *,
+    run: str | Path | None = None,
+    n_points: int = 2000,
+    label_top: int = 40,
+    progress: bool = False,
+):
+    """One picture of ``table``, named as ``tokembed inspect SOURCE plot KIND`` names it.
+
+    Args:
+        table: the table (with its counts, if any: projections colour by them, ``norms`` needs them).
+        kind: ``"pca"`` or ``"tsne"`` (`plot_projection`), ``"positions"`` (learned or sinusoidal positions'
+            similarity; for a scheme acting in attention, the last picture its trained modules give),
+            ``"norms"``, ``"loss"`` or ``"isotropy"`` (from the run's ``log.json``).
+        run: the checkpoint directory ``table`` came from: positions of attention schemes, loss and isotropy.
+        n_points, label_top, progress: for the projections.
+    """
+    if kind not in PICTURES:
+        raise ValueError(f"unknown picture {kind!r}; choose one of {', '.join(PICTURES)}")
+    if kind in ("pca", "tsne"):
+        return plot_projection(table, method=kind, n_points=n_points, label_top=label_top, progress=progress)
+    if kind == "positions":
+        return _positions_picture(table, run)
+    if kind == "norms":
+        return plot_norm_vs_frequency(table)
+    log = _run_log(run, kind)
+    return plot_isotropy(log.get("isotropy") or []) if kind == "isotropy" else plot_loss(log)
+
+
+def _positions_picture(table: EmbeddingTable, run: str | Path | None):
+    from tokembed.inspection.positions import checkpoint_position_pictures, describe_scheme, has_position_modules
+
+    if table.positions is not None:
+        return plot_position_similarity(table)
+    found = has_position_modules(table.positional) and run is not None
+    pictures = checkpoint_position_pictures(run) if found else []
+    if not pictures:
+        raise ValueError(f"nothing to draw: {describe_scheme(table.positional)}")
+    return plot_position_picture(pictures[-1])  # RoPE: the similarity against distance
+
+
+def _run_log(run: str | Path | None, kind: str) -> dict:
+    log_file = Path(run or "") / "log.json"
+    if run is None or not log_file.is_file():
+        raise FileNotFoundError(
+            f"{log_file} does not exist: the {kind} plot needs a checkpoint directory written by `tokembed train`"
+        )
+    return json.loads(log_file.read_text(encoding="utf-8"))

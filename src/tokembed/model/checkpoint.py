@@ -589,7 +589,9 @@ def load_checkpoint(
         allow_unverified: load a checkpoint that has no sha256.json (written before tokembed 0.2).
 
     Returns:
-        (model, config): the ``GPT`` with its weights (in eval mode) and the parsed ``config.json``.
+        (model, config): the ``GPT`` with its weights (in eval mode) and the parsed ``config.json``. The
+        model's ``tokenizer_record`` is the training data's tokenizer (``"gpt2"`` for checkpoints that predate
+        the record), so ``EmbeddingTable.from_model(model)`` labels its rows with the right tokenizer.
     """
     path = Path(path)
     config = read_checkpoint_config(path)
@@ -610,4 +612,5 @@ def load_checkpoint(
         )
     model.to(map_location)
     model.eval()
+    model.tokenizer_record = config.get("tokenizer_record") or config.get("tokenizer", "gpt2")
     return model, config

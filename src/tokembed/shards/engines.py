@@ -34,12 +34,28 @@ def _watch_parent(parent: int) -> None:
     threading.Thread(target=loop, daemon=True).start()
 
 
-def _worker_init(parent: int, config: PrepareConfig) -> None:
+def _worker_init(parent: int, config: PrepareConfig, registration: Any = None) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle: it stops the workers
     _watch_parent(parent)
     from tokembed.tokenizer.fast import token_encoder
+    from tokembed.tokenizer.registry import restore_registration
 
+    restore_registration(registration)  # a tokenizer registered in the parent, for a worker started by spawn
     token_encoder(config.build_tokenizer(), config.backend)  # build once per process, before the first unit
+
+
+def _registration(config: PrepareConfig) -> Any:
+    """The parent's registration of the config's tokenizer, for workers that do not inherit it (None if none)."""
+    from tokembed.tokenizer.registry import registration_for_workers
+
+    return registration_for_workers(config.tokenizer)
+
+
+def _ray_tokenize_unit(unit, config: PrepareConfig, names, registration: Any) -> dict[str, Any]:
+    from tokembed.tokenizer.registry import restore_registration
+
+    restore_registration(registration)  # Ray's workers never saw this process's registrations
+    return tokenize_unit(unit, config, names)
 
 
 def _start_method() -> str:
@@ -67,11 +83,13 @@ class _LocalEngine:
             import multiprocessing as mp
             from concurrent.futures import ProcessPoolExecutor
 
+            method = _start_method()
+            registration = _registration(config) if method != "fork" else None  # a forked worker inherits it
             self.pool = ProcessPoolExecutor(
                 workers,
-                mp_context=mp.get_context(_start_method()),
+                mp_context=mp.get_context(method),
                 initializer=_worker_init,
-                initargs=(os.getpid(), config),
+                initargs=(os.getpid(), config, registration),
             )
             # Fork the workers now, while this process is small: pages it holds at fork time and frees later
             # (a Parquet reader's buffers) would otherwise stay behind in every worker as private copies.
@@ -122,7 +140,7 @@ class _Done:
 
 
 class _RayEngine:
-    def __init__(self, workers: int, address: str | None):
+    def __init__(self, workers: int, address: str | None, config: PrepareConfig):
         try:
             import ray
         except ImportError:
@@ -136,7 +154,8 @@ class _RayEngine:
             elif workers > 0:
                 kwargs["num_cpus"] = workers
             ray.init(**kwargs)
-        self.task = ray.remote(num_cpus=1)(tokenize_unit)
+        self.task = ray.remote(num_cpus=1)(_ray_tokenize_unit)
+        self.registration = _registration(config)
         self.workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
 
     @property
@@ -145,7 +164,7 @@ class _RayEngine:
         return min(2 * self.workers, 64)
 
     def submit(self, unit, config, names):
-        return _RayFuture(self.ray, self.task.remote(unit, config, names))
+        return _RayFuture(self.ray, self.task.remote(unit, config, names, self.registration))
 
     def wait_one(self, pending: list):
         ready, _ = self.ray.wait([f.ref for f, _ in pending], num_returns=1)
@@ -172,5 +191,5 @@ class _RayFuture:
 def make_engine(engine: str, *, workers: int, config: PrepareConfig, ray_address: str | None = None):
     """The engine called ``engine`` (one of `ENGINES`) with ``workers`` processes (or Ray CPUs)."""
     if engine == "ray":
-        return _RayEngine(workers, ray_address)
+        return _RayEngine(workers, ray_address, config)
     return _LocalEngine(workers, config)

@@ -18,6 +18,7 @@ import numpy as np
 
 from tokembed._atomic import atomic_write, atomic_write_json, fsync_dir, is_temp_file
 from tokembed._lock import LOCK_NAME
+from tokembed.shards.check import shard_file_problems
 from tokembed.shards.config import PrepareConfig
 from tokembed.shards.format import FORMAT, INDEX_DTYPE, MANIFEST, VERSION, ShardInfo, dtype_for_vocab, sha256_file
 from tokembed.shards.formats import InputFile, InputFormat, get_format
@@ -182,7 +183,7 @@ def damaged_units(out: Path, manifest: dict[str, Any], *, full: bool) -> dict[in
             uid = unit_number(Path(s.tokens).name)
             if uid is None or uid in damaged:
                 continue
-            problems = _file_problems(out, s, itemsize)
+            problems = shard_file_problems(out, s, itemsize)
             if not problems and full:
                 for rel, digest in ((s.tokens, s.sha256), (s.index, s.index_sha256)):
                     if sha256_file(out / rel) != digest:
@@ -190,17 +191,6 @@ def damaged_units(out: Path, manifest: dict[str, Any], *, full: bool) -> dict[in
             if problems:
                 damaged[uid] = problems[0]
     return damaged
-
-
-def _file_problems(out: Path, s: ShardInfo, itemsize: int) -> list[str]:
-    problems = []
-    for rel, size in ((s.tokens, s.n_tokens * itemsize), (s.index, s.n_documents * INDEX_DTYPE.itemsize)):
-        p = out / rel
-        if not p.is_file():
-            problems.append(f"{rel} is missing")
-        elif p.stat().st_size != size:
-            problems.append(f"{rel} has {p.stat().st_size} bytes, the manifest says {size}")
-    return problems
 
 
 def unit_number(name: str) -> int | None:

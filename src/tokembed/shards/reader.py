@@ -24,7 +24,7 @@ from tokembed._paths import local_path
 from tokembed.shards import megatron
 from tokembed.shards.check import check_split, shard_file_problems
 from tokembed.shards.format import CHECK_HINT, INDEX_DTYPE, MANIFEST, ShardInfo, read_manifest, sha256_file
-from tokembed.tokenizer.base import TokenizerIdentity
+from tokembed.tokenizer.base import TokenizerIdentity, TokenizerLike
 from tokembed.tokenizer.registry import identity_from_manifest
 
 __all__ = ["MegatronSplit", "ShardSet", "ShardsChangedError", "expect_tokenizer", "open_megatron", "open_shards"]
@@ -206,20 +206,17 @@ class ShardSet:
             yield self.read(int(a), int(b) - 1)
 
 
-def expect_tokenizer(root: Path, recorded: TokenizerIdentity, tokenizer: Any) -> None:
+def expect_tokenizer(root: Path, recorded: TokenizerIdentity, tokenizer: TokenizerLike) -> None:
     """Raise when the data in ``root`` was made with another tokenizer than ``tokenizer``."""
-    from tokembed.tokenizer import get_tokenizer, tokenizer_identity
+    from tokembed.tokenizer import TokenizerMismatch, get_tokenizer, tokenizer_identity
 
     asked = tokenizer_identity(get_tokenizer(tokenizer))
     if not asked.same_ids(recorded):
-        raise ValueError(
-            f"{root} was prepared with {recorded.describe()}, but {asked.describe()} was asked for; "
-            f"use --tokenizer {recorded.source}, or prepare the corpus again with {asked.source}"
-        )
+        raise TokenizerMismatch(str(root), recorded, asked)
 
 
 def open_shards(
-    root: str | os.PathLike, *, split: str = "train", verify: bool = False, tokenizer: Any = None
+    root: str | os.PathLike, *, split: str = "train", verify: bool = False, tokenizer: TokenizerLike | None = None
 ) -> ShardSet:
     """Open one split of a shard folder written by `tokembed prepare`, or a Megatron dataset.
 

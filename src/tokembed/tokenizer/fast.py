@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import tiktoken
 
-from tokembed.tokenizer.gpt2 import GPT2_PAT_STR
-from tokembed.tokenizer.openai import CL100K_PAT_STR, O200K_PAT_STR, dump_ranks
+from tokembed.tokenizer.base import Tokenizer
+from tokembed.tokenizer.openai import dump_ranks
+from tokembed.tokenizer.patterns import CL100K_PAT_STR, GPT2_PAT_STR, O200K_PAT_STR
 
 __all__ = ["BACKENDS", "TokenEncoder", "fast_backend_problem", "token_encoder"]
 
@@ -33,27 +33,38 @@ _SCHEMES = {GPT2_PAT_STR: "gpt2", CL100K_PAT_STR: "gpt4", O200K_PAT_STR: "o200k"
 _PROBE = "Hello, world! naïve café 東京 🤖👍🏽 1234567 x=[a_b(c)]\n\t  \n\n   <|endoftext|> 'll 'S\r\n" + "=" * 600
 
 
-def fast_backend_problem(enc: Any) -> str | None:
-    """Why gigatoken cannot encode ``enc`` exactly here, or None when it can."""
+def fast_backend_problem(enc: Tokenizer) -> str | None:
+    """Why gigatoken cannot encode ``enc`` exactly here, or None when it can.
+
+    It needs a tiktoken-style BPE: the tokenizer's optional ``split_pattern`` (one gigatoken implements)
+    and ``mergeable_ranks`` (see `tokembed.tokenizer.Tokenizer`).
+    """
     if importlib.util.find_spec("gigatoken") is None:
         return "gigatoken is not installed (pip install 'tokembed[fast]')"
-    if not isinstance(enc, tiktoken.Encoding) or enc._pat_str not in _SCHEMES:
+    pattern, ranks = _bpe_tables(enc)
+    if pattern not in _SCHEMES or ranks is None:
         return (
             f"gigatoken implements the split patterns of gpt2, r50k_base, cl100k_base and o200k_base, not {enc.name}'s"
         )
-    if sorted(enc._mergeable_ranks.values()) != list(range(len(enc._mergeable_ranks))):
+    if sorted(ranks.values()) != list(range(len(ranks))):
         return f"gigatoken needs ranks 0..n-1 without gaps; {enc.name}'s have gaps"
     return None
 
 
-def _build_gigatoken(enc: tiktoken.Encoding) -> Any:
+def _bpe_tables(enc: Tokenizer) -> tuple[str | None, dict[bytes, int] | None]:
+    """The optional capabilities ``split_pattern`` and ``mergeable_ranks`` (None where absent)."""
+    return getattr(enc, "split_pattern", None), getattr(enc, "mergeable_ranks", None)
+
+
+def _build_gigatoken(enc: Tokenizer) -> Any:
     os.environ.setdefault("RAYON_NUM_THREADS", "1")  # one thread per worker: the workers are the parallelism
     from gigatoken.gigatoken_rs import BPETokenizer
 
     with tempfile.TemporaryDirectory(prefix="tokembed-") as tmp:  # gigatoken reads ranks from a file only
         path = Path(tmp) / f"{enc.name}.tiktoken"
-        path.write_bytes(dump_ranks(enc._mergeable_ranks))
-        return BPETokenizer.from_tiktoken(str(path), _SCHEMES[enc._pat_str], None)  # no specials: encode_ordinary
+        pattern, ranks = _bpe_tables(enc)
+        path.write_bytes(dump_ranks(ranks or {}))
+        return BPETokenizer.from_tiktoken(str(path), _SCHEMES[pattern or ""], None)  # no specials: encode_ordinary
 
 
 class TokenEncoder:
@@ -65,7 +76,7 @@ class TokenEncoder:
             ``"tiktoken"`` (the tokenizer itself: the reference) or ``"gigatoken"`` (an error if it cannot).
     """
 
-    def __init__(self, enc: Any, *, backend: str = "auto"):
+    def __init__(self, enc: Tokenizer, *, backend: str = "auto"):
         if backend not in BACKENDS:
             raise ValueError(f"tokenize backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
         self.enc = enc
@@ -143,12 +154,12 @@ def _flat(rows: Any) -> tuple[np.ndarray, np.ndarray]:
     return ak.flatten(rows, axis=1).to_numpy().astype(np.uint32, copy=False), offsets
 
 
-def token_encoder(enc: Any, backend: str = "auto") -> TokenEncoder:
+def token_encoder(enc: Tokenizer, backend: str = "auto") -> TokenEncoder:
     """This process's `TokenEncoder` for ``enc`` (built once; a forked child builds its own)."""
-    return _encoder(enc, backend, os.getpid())
+    return _encoder(enc, backend, os.getpid())  # type: ignore[arg-type]  # tokenizers are hashable by identity
 
 
 @functools.lru_cache(maxsize=4)
-def _encoder(enc: Any, backend: str, pid: int) -> TokenEncoder:
+def _encoder(enc: Tokenizer, backend: str, pid: int) -> TokenEncoder:
     del pid  # part of the key only: native state is never shared across fork
     return TokenEncoder(enc, backend=backend)

@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from tokembed._checks import check_int, check_number, check_positive_int, config_from_dict
 from tokembed._paths import local_path
+from tokembed.data.packing import check_packer
+
+DEFAULT_BATCH_SIZE = 8  # windows per rank when neither batch_size nor global_batch_size is given
 
 # Fields that may differ when a run is resumed (they do not change what has been computed so far).
 RESUMABLE_CHANGES = ("max_steps", "eval_interval", "eval_batches", "checkpoint_interval", "keep_checkpoints", "out")
@@ -26,7 +30,11 @@ class TrainConfig:
         out: the checkpoint directory to write (and resume from).
         max_length: tokens per training window (must not exceed the model's context_length).
         stride: step between window starts (default: max_length, no overlap).
-        batch_size: windows per step.
+        batch_size: windows per step on each rank (under torchrun; one process is one rank). Default:
+            ``global_batch_size / ranks`` when that is given, else 8 (when resuming: the checkpoint's
+            global batch).
+        global_batch_size: windows per step over all ranks: what a resumed run must keep, on any number
+            of ranks that divides it. Give this or ``batch_size`` (or both, when they agree).
         max_steps: optimizer steps in all.
         lr: peak learning rate, reached after ``warmup_steps`` of linear warmup, then a cosine
             decay to ``min_lr_ratio * lr`` at ``max_steps``.
@@ -43,13 +51,17 @@ class TrainConfig:
         init_embeddings: a local GPT-2 weights file whose ``wte``/``wpe`` start the embeddings.
         tokenizer: for a text file, the tokenizer (default ``"gpt2"``); for a shard folder, the one its
             manifest names is used, and naming another here is an error.
+        packing: train on whole documents packed into windows (a `tokembed.data.packing.PACKERS` name, e.g.
+            ``"best-fit"``): attention stays within each document and positions restart at each (the loader's
+            document metadata goes to the model); padding and each document's last token predict nothing.
+            None: sliding windows over the token stream (the chapter's).
     """
 
     data: str | dict
     out: str
     max_length: int = 64
     stride: int | None = None
-    batch_size: int = 8
+    batch_size: int | None = None
     max_steps: int = 300
     lr: float = 3e-3
     min_lr_ratio: float = 0.1
@@ -66,6 +78,8 @@ class TrainConfig:
     val_fraction: float = 0.1
     init_embeddings: str | None = None
     tokenizer: str | None = None
+    global_batch_size: int | None = None
+    packing: str | None = None
 
     def __post_init__(self) -> None:
         # absolute paths (eval and resume work from any folder), or a mixture's spec
@@ -76,7 +90,6 @@ class TrainConfig:
         # Checked values are stored as plain int/float: a numpy scalar would not survive config.json.
         for name in (
             "max_length",
-            "batch_size",
             "max_steps",
             "eval_interval",
             "eval_batches",
@@ -84,8 +97,23 @@ class TrainConfig:
             "keep_checkpoints",
         ):
             object.__setattr__(self, name, check_positive_int(name, getattr(self, name)))
+        for name in ("batch_size", "global_batch_size"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, check_positive_int(name, getattr(self, name)))
+        if self.batch_size and self.global_batch_size and self.global_batch_size % self.batch_size:
+            raise ValueError(
+                f"global_batch_size={self.global_batch_size} is not a multiple of batch_size={self.batch_size}: "
+                "it is batch_size x the number of ranks; give one of them (the other follows from the ranks)"
+            )
         if self.stride is not None:
             object.__setattr__(self, "stride", check_positive_int("stride", self.stride))
+        if self.packing is not None:
+            object.__setattr__(self, "packing", check_packer(self.packing))
+            if self.stride is not None:
+                raise ValueError(
+                    f"stride={self.stride} does not apply with packing={self.packing!r} (each window holds whole "
+                    "documents from its first slot); leave stride out"
+                )
         object.__setattr__(self, "warmup_steps", check_int("warmup_steps", self.warmup_steps, min=0, noun="an integer"))
         object.__setattr__(self, "lr", check_number("lr", self.lr, min=0.0, min_open=True, noun=""))
         if not 0.0 <= self.min_lr_ratio <= 1.0:
@@ -101,8 +129,29 @@ class TrainConfig:
         object.__setattr__(self, "seed", check_int("seed", self.seed, min=0, noun="an integer"))
 
     @property
-    def window_stride(self) -> int:
-        return self.stride or self.max_length
+    def window_stride(self) -> int | None:
+        """The loader's stride: ``stride``, else ``max_length``; None with packing (windows of whole documents)."""
+        return None if self.packing else self.stride or self.max_length
+
+    def rank_batch(self, world_size: int) -> int:
+        """Windows per step on each of ``world_size`` ranks (``batch_size``, or the global batch's share)."""
+        g, b = self.global_batch_size, self.batch_size
+        if g is None:
+            return b or DEFAULT_BATCH_SIZE
+        ranks = f"{world_size} rank{'s' if world_size != 1 else ''}"
+        if b is not None:
+            if b * world_size != g:
+                raise ValueError(
+                    f"batch_size={b} x {ranks} is not global_batch_size={g}; give one of them (the other follows "
+                    "from the number of ranks)"
+                )
+            return b
+        if g % world_size:
+            raise ValueError(
+                f"global_batch_size={g} does not divide among {ranks}: every rank reads the same number of "
+                f"windows; run on a number of ranks that divides {g}"
+            )
+        return g // world_size
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -113,7 +162,7 @@ class TrainConfig:
         return config_from_dict(cls, d)
 
 
-def _data_entry(data: object) -> str | dict:
+def _data_entry(data: Any) -> str | dict:
     """An absolute path, or a mixture's spec (checked: its sources exist and share a tokenizer)."""
     from tokembed.data.mixture import Mixture
 

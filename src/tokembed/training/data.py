@@ -1,43 +1,69 @@
 """What a training run reads: the train and validation tokens of a shard folder, a text file or a mixture
-of shard folders, and the identity of the tokenizer that made them (the model's vocabulary comes from it)."""
+of shard folders, the identity of the tokenizer that made them (the model's vocabulary comes from it), and
+the identity of the data itself (`data_identity`: by content, so a moved copy is the same data)."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from tokembed._paths import local_path
-from tokembed.tokenizer.base import TokenizerIdentity
+from tokembed.tokenizer.base import TokenizerIdentity, TokenizerLike
+
+
+@dataclass(frozen=True)
+class ValidationSource:
+    """The validation tokens of one source, scored on their own (`tokembed.training.evaluation.evaluate_sources`).
+
+    Attributes:
+        name: the source as the run names it: a shard folder, Megatron prefix or text file path.
+        weight: its share of the mixture (1.0 for data of one source).
+        tokens: (N,) int64 validation ids.
+        what: which part of the source they are, for the output ("the validation split of ...").
+    """
+
+    name: str
+    weight: float
+    tokens: np.ndarray
+    what: str
 
 
 @dataclass
 class TrainingData:
-    """The two sides of a corpus: what the loader trains on and the validation tokens.
+    """The two sides of a corpus: what the loader trains on and the validation tokens of each source.
 
     Attributes:
-        train: a shard folder path or a token array, as ``create_dataloader`` takes it.
-        val: validation tokens (int64 array), or None when the corpus has none.
+        train: a shard folder path, a token array or a `Mixture`, as ``create_dataloader`` takes it.
+        validation: each source's validation tokens (a source without any is left out).
         description: how the split was made, for logs.
         n_train_tokens: tokens of the training side.
         tokenizer: the tokenizer that made the ids (vocabulary size, end-of-text id).
     """
 
     train: object
-    val: np.ndarray | None
+    validation: list[ValidationSource]
     description: str
     n_train_tokens: int
     tokenizer: TokenizerIdentity
+
+    @property
+    def val(self) -> np.ndarray | None:
+        """Every source's validation tokens, one after the other (None when there are none)."""
+        if not self.validation:
+            return None
+        return np.concatenate([v.tokens for v in self.validation])
 
 
 def _is_shard_folder(path: Path) -> bool:
     return path.is_dir() and (path / "manifest.json").exists()
 
 
-def data_tokenizer(data: str | Path | dict, *, tokenizer: Any = None) -> TokenizerIdentity:
+def data_tokenizer(data: str | Path | dict, *, tokenizer: TokenizerLike | None = None) -> TokenizerIdentity:
     """The tokenizer of ``data``: a shard folder's manifest (another ``tokenizer`` is an error naming
     both), a mixture's (its sources share one), or ``tokenizer`` (default gpt2) for a text file. Cheap:
     nothing is tokenized."""
@@ -69,8 +95,18 @@ def _mixture(spec: dict):
     return Mixture.from_spec(spec)
 
 
-def _mixture_data(spec: dict, max_val_tokens: int | None, tokenizer: Any) -> TrainingData:
-    """A mixture: its sources' train splits, mixed by the loader; validation: each source's val split, by weight."""
+def weighted_share(budget: int, weight: float) -> int:
+    """A source's part of ``budget`` windows: ``ceil(budget * weight)``, at least 1. The weight is read as the
+    small fraction it is (a `Mixture`'s ``q / Q``), so ``10 * 0.3`` is 3, not 4."""
+    exact = Fraction(weight).limit_denominator(1 << 20)
+    return max(1, math.ceil(budget * exact))
+
+
+def _mixture_data(
+    spec: dict, max_val_windows: int | None, length: int, tokenizer: TokenizerLike | None
+) -> TrainingData:
+    """A mixture: its sources' train splits, mixed by the loader; validation: each source's val split on its own,
+    at most ``ceil(max_val_windows * weight)`` windows of ``length`` of each (the budget shared by weight)."""
     from tokembed.shards.reader import open_shards
 
     mixture, tok = _mixture(spec), data_tokenizer(spec, tokenizer=tokenizer)
@@ -81,53 +117,49 @@ def _mixture_data(spec: dict, max_val_tokens: int | None, tokenizer: Any) -> Tra
             split = open_shards(path, split="val")
         except ValueError:  # no val split (a Megatron dataset has none)
             continue
-        n = split.n_tokens if max_val_tokens is None else min(split.n_tokens, math.ceil(max_val_tokens * weight))
-        vals.append(np.asarray(split.read(0, n), dtype=np.int64))
-    val = np.concatenate(vals) if vals and sum(map(len, vals)) else None
-    desc = f"{mixture!r}: train splits {n_train} tokens, val splits {0 if val is None else len(val)} tokens read"
-    return TrainingData(mixture, val, desc, n_train, tok)
+        n = split.n_tokens
+        if max_val_windows is not None:
+            n = min(n, weighted_share(max_val_windows, weight) * length + 1)
+        if n:
+            what = f"the validation split of {path}"
+            vals.append(ValidationSource(str(path), float(weight), np.asarray(split.read(0, n), dtype=np.int64), what))
+    read = sum(len(v.tokens) for v in vals)
+    desc = f"{mixture!r}: train splits {n_train} tokens, val splits {read} tokens read"
+    return TrainingData(mixture, vals, desc, n_train, tok)
 
 
 def load_training_data(
-    data: str | Path | dict, *, val_fraction: float = 0.1, max_val_tokens: int | None = None, tokenizer: Any = None
+    data: str | Path | dict,
+    *,
+    val_fraction: float = 0.1,
+    max_val_windows: int | None = None,
+    length: int = 1,
+    tokenizer: TokenizerLike | None = None,
 ) -> TrainingData:
     """Resolve ``data`` into training source and validation tokens.
 
     A shard folder: its ``train`` split (read lazily by the loader) and its ``val`` split.
     A text file: its tokens, the first ``1 - val_fraction`` for training, the rest for validation.
-    A mixture's spec (`tokembed.Mixture.spec`): the `Mixture` of the sources' train splits; validation
-    tokens from each source's val split, in proportion to its weight.
+    A mixture's spec (`tokembed.Mixture.spec`): the `Mixture` of the sources' train splits; each source's
+    val split, on its own (`TrainingData.validation`).
 
     Args:
-        max_val_tokens: read at most this many validation tokens (large shard folders).
+        max_val_windows: read only the validation tokens of this many windows of ``length`` (large
+            corpora); a mixture's sources share them by weight (each at least one window).
+        length: the window length ``max_val_windows`` counts.
         tokenizer: for a text file, the tokenizer (default gpt2); for a shard folder, the one expected
             (another is an error naming both).
     """
     if isinstance(data, dict):
-        return _mixture_data(data, max_val_tokens, tokenizer)
+        return _mixture_data(data, max_val_windows, length, tokenizer)
     path = local_path(data, what="the data")
+    max_val_tokens = None if max_val_windows is None else max_val_windows * length + 1
     if not path.exists():
         raise FileNotFoundError(
             f"training data {path} does not exist; give a shard folder (tokembed prepare) or a text file"
         )
     if path.is_dir():
-        if not _is_shard_folder(path):
-            raise ValueError(
-                f"{path} is a directory without manifest.json: give a shard folder written by `tokembed prepare`, or a text file"
-            )
-        from tokembed.shards.reader import open_shards
-
-        train_split = open_shards(path, split="train", tokenizer=tokenizer)
-        val = None
-        try:
-            val_split = open_shards(path, split="val")
-        except ValueError:
-            val_split = None
-        if val_split is not None and val_split.n_tokens:
-            n = val_split.n_tokens if max_val_tokens is None else min(val_split.n_tokens, max_val_tokens)
-            val = np.asarray(val_split.read(0, n), dtype=np.int64)
-        desc = f"shard folder {path}: train split {train_split.n_tokens} tokens, val split {0 if val is None else len(val)} tokens read"
-        return TrainingData(str(path), val, desc, int(train_split.n_tokens), train_split.tokenizer)
+        return _folder_data(path, max_val_tokens, tokenizer)
     from tokembed.data.windows import encode_text
     from tokembed.tokenizer import get_tokenizer, tokenizer_identity
 
@@ -140,7 +172,31 @@ def load_training_data(
     cut = int(len(tokens) * (1.0 - val_fraction))
     val = tokens[cut:] if max_val_tokens is None else tokens[cut : cut + max_val_tokens]
     desc = f"text {path}: {len(tokens)} tokens, first {cut} for training, last {len(tokens) - cut} ({val_fraction:.0%}) for validation"
-    return TrainingData(tokens[:cut], val, desc, cut, tokenizer_identity(enc))
+    what = f"the last {val_fraction:.0%} of {path}"
+    validation = [ValidationSource(str(path), 1.0, val, what)] if len(val) else []
+    return TrainingData(tokens[:cut], validation, desc, cut, tokenizer_identity(enc))
+
+
+def _folder_data(path: Path, max_val_tokens: int | None, tokenizer: TokenizerLike | None) -> TrainingData:
+    if not _is_shard_folder(path):
+        raise ValueError(
+            f"{path} is a directory without manifest.json: give a shard folder written by `tokembed prepare`, or a text file"
+        )
+    from tokembed.shards.reader import open_shards
+
+    train_split = open_shards(path, split="train", tokenizer=tokenizer)
+    validation = []
+    try:
+        val_split = open_shards(path, split="val")
+    except ValueError:
+        val_split = None
+    if val_split is not None and val_split.n_tokens:
+        n = val_split.n_tokens if max_val_tokens is None else min(val_split.n_tokens, max_val_tokens)
+        tokens = np.asarray(val_split.read(0, n), dtype=np.int64)
+        validation.append(ValidationSource(str(path), 1.0, tokens, f"the validation split of {path}"))
+    read = sum(len(v.tokens) for v in validation)
+    desc = f"shard folder {path}: train split {train_split.n_tokens} tokens, val split {read} tokens read"
+    return TrainingData(str(path), validation, desc, int(train_split.n_tokens), train_split.tokenizer)
 
 
 def check_same_tokenizer(saved: dict, tok: TokenizerIdentity, out: Path) -> None:
@@ -153,3 +209,36 @@ def check_same_tokenizer(saved: dict, tok: TokenizerIdentity, out: Path) -> None
             f"the checkpoint in {out} was trained on ids of {recorded.describe()}, but the data was made with "
             f"{tok.describe()}; resume on data of the same tokenizer, or train into a new --out"
         )
+
+
+def data_identity(data: str | Path | dict) -> dict[str, Any]:
+    """What ``data`` is, wherever it lies: a resumed run must read the same data, not the same path.
+
+    A shard folder: its manifest's hash (the manifest lists every shard's sha256); a Megatron prefix: the
+    sha256 its export recorded for the ``.bin`` (else that of the ``.idx``); a text file: its sha256; a
+    mixture's spec: each source's, in order.
+    """
+    if isinstance(data, dict):
+        return {"sources": [data_identity(p) for p, _ in _mixture(data).spec()["sources"]]}
+    path = Path(data)
+    if _is_shard_folder(path):
+        from tokembed.shards.format import read_manifest
+        from tokembed.shards.schema import manifest_digest
+
+        return {"manifest_sha256": manifest_digest(read_manifest(path))}
+    from tokembed.shards import megatron
+    from tokembed.shards.format import sha256_file
+
+    if megatron.is_megatron_prefix(path):
+        from tokembed.shards.reader import open_megatron
+
+        return {"megatron_sha256": open_megatron(path).shards[0].sha256}
+    return {"sha256": sha256_file(path)}
+
+
+def describe_identity(identity: dict[str, Any]) -> str:
+    """``manifest sha256 0123456789ab`` (the kind of hash and its first 12 digits), for messages."""
+    if "sources" in identity:
+        return "; ".join(describe_identity(i) for i in identity["sources"])
+    kind, digest = next(iter(identity.items()))
+    return f"{kind.replace('_sha256', ' sha256').replace('_', ' ')} {str(digest).removeprefix('idx:')[:12]}"

@@ -12,40 +12,42 @@ epoch, torch's RNG state (dropout) and the step, and the learning rate is a func
 A run stopped at any checkpoint and resumed continues with the same batches and the same random
 numbers, so its losses equal an uninterrupted run's (bit for bit on the same machine and threads).
 
+What the run is (new or resumed, its settings, data and model) is settled first by
+`tokembed.training.setup`; Ctrl-C and SIGTERM stop it at a step boundary (`tokembed.training.interrupt`);
+progress is a bar on a terminal and plain lines in a log (`tokembed.training.progress`).
+
 Devices and ranks (``DeviceConfig``, ``tokembed.training.device``): the model trains on CPU, CUDA or
 MPS, optionally under bf16 autocast and ``torch.compile``; under ``torchrun`` each rank trains on its
-own part of every global batch (``batch_size`` windows per rank) with DistributedDataParallel, and
-rank 0 alone evaluates and writes checkpoints. Checkpoints hold CPU tensors whatever the device.
+own part of every global batch (``global_batch_size`` windows, ``batch_size`` per rank) with
+DistributedDataParallel, and rank 0 alone evaluates and writes checkpoints. Checkpoints hold CPU
+tensors whatever the device, and resume on any number of ranks that divides the global batch.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import signal
 import time
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from tokembed._checks import check_positive_int
 from tokembed.data.loader import create_dataloader
 from tokembed.embeddings.registry import positional_scheme
-from tokembed.model.checkpoint import (
-    interrupted_save_hint,
-    read_checkpoint_config,
-    resume_checkpoint,
-    save_checkpoint,
-    verify_checkpoint,
-)
+from tokembed.model.checkpoint import read_checkpoint_config, save_checkpoint, verify_checkpoint
 from tokembed.model.config import GPTConfig
 from tokembed.model.gpt import GPT
-from tokembed.tokenizer.base import TokenizerIdentity
-from tokembed.training.config import RESUMABLE_CHANGES, TrainConfig, lr_at
+from tokembed.training.config import TrainConfig, lr_at
 from tokembed.training.counts import COUNTS_FILE, MIN_COUNT, TokenCounter
-from tokembed.training.data import TrainingData, check_same_tokenizer, load_training_data
+from tokembed.training.data import TrainingData, data_identity, load_training_data, weighted_share
 from tokembed.training.device import DeviceConfig, Distributed, autocast, init_distributed, resolve_device, to_device
-from tokembed.training.evaluation import evaluate_tokens
-from tokembed.training.interrupt import DeferredInterrupt
+from tokembed.training.evaluation import evaluate_sources
+from tokembed.training.interrupt import DeferredInterrupt, TrainingInterrupted
+from tokembed.training.progress import Counter, Every, Progress
+from tokembed.training.setup import Saved, out_of, saved_run, settle_config, settle_model
 from tokembed.training.state import TrainState
 
 __all__ = ["TrainResult", "train"]
@@ -65,127 +67,84 @@ class TrainResult:
 
 
 def train(
-    config: TrainConfig,
-    model_config: GPTConfig | None = None,
+    config: TrainConfig | Mapping[str, Any],
+    model_config: GPTConfig | Mapping[str, Any] | None = None,
     *,
-    resume: bool = False,
+    resume: bool | str = False,
     stop_at: int | None = None,
-    progress: bool = True,
+    progress: bool | str = True,
+    log_every: str | int = "30s",
     device: DeviceConfig | None = None,
     allow_unverified: bool = False,
 ) -> TrainResult:
-    """Train a GPT and write checkpoints to ``config.out``.
+    """Train a GPT and write checkpoints to ``config.out``; or continue the checkpoint there.
 
     Args:
-        config: the training setup.
-        model_config: the model (default ``GPTConfig()`` with ``context_length = max_length``);
-            when resuming, taken from the checkpoint (a different one given here is an error).
-        resume: continue the checkpoint in ``config.out`` (required if it exists).
+        config: the training setup: a `TrainConfig`, or a mapping of the options you choose (``out`` at
+            least): the others come from the checkpoint when resuming (``data`` too), else the defaults.
+        model_config: the model, a `GPTConfig` or a mapping of the options you choose. The vocabulary and
+            end-of-text id are the data's tokenizer's (a `GPTConfig` with another vocabulary is refused,
+            naming both); ``context_length`` defaults to ``max_length``. Resuming: the checkpoint's model
+            (options given must agree with it).
+        resume: continue the checkpoint in ``out`` (required if it exists); ``"auto"``: continue it when it
+            exists, else start (for job scripts that restart themselves). The data is recognised by its
+            content: a copy elsewhere resumes, other data at the same path is refused.
         stop_at: stop after this step as if interrupted (a checkpoint is written); the schedule
             still runs to ``max_steps``, so a later ``resume=True`` continues exactly.
-        progress: show a tqdm progress bar with loss and tokens/s (on rank 0).
+        progress: on rank 0, a progress bar when stderr is a terminal, else plain log lines (`Progress`);
+            ``"bar"``, ``"lines"``, or False for nothing.
+        log_every: how often a line is logged without a terminal: steps (``50``) or seconds (``"30s"``).
         device: where and how to compute (default ``DeviceConfig()``: the best device, fp32, eager).
-            Under torchrun (``WORLD_SIZE`` > 1) the run is data-parallel over the ranks.
+            Under torchrun (``WORLD_SIZE`` > 1) the run is data-parallel over the ranks; the global batch
+            (``global_batch_size``, else ``batch_size`` x ranks) is what a resumed run keeps, on any
+            number of ranks.
         allow_unverified: resume a checkpoint that has no sha256.json (written before tokembed 0.2).
 
     Returns:
-        A ``TrainResult``. Ctrl-C finishes the step in progress, writes a checkpoint of it (model,
-        optimizer, RNG and loader at that one step: it resumes exactly), then raises KeyboardInterrupt.
+        A ``TrainResult``.
+
+    Raises:
+        TrainingInterrupted: Ctrl-C or SIGTERM (on any rank): the step in progress was finished and saved
+            (model, optimizer, RNG and loader at that one step: it resumes exactly), on every rank at the
+            same step. A `KeyboardInterrupt`.
     """
-    out = Path(config.out)
-    saved = _saved_run(out, config, resume=resume, allow_unverified=allow_unverified)
+    out = out_of(config)
+    saved = saved_run(out, resume=resume, allow_unverified=allow_unverified)
     if stop_at is not None:
         check_positive_int("stop_at", stop_at)
+    every = Every.parse(log_every)
     device = device or DeviceConfig()
     dist = init_distributed(device.device)
     try:
-        run = _start(config, model_config, saved, out, device=device, dist=dist)
+        config = settle_config(config, saved, world_size=dist.world_size, model_options=model_config)
+        run = _start(config, model_config, saved, device=device, dist=dist)
         end = config.max_steps if stop_at is None else min(stop_at, config.max_steps)
-        run.loop(end, progress=progress and dist.is_main, resumed=saved is not None)
+        report = Progress.resolve(progress if dist.is_main else False, every=every)
+        run.loop(end, progress=report, resumed=saved is not None)
     finally:
         dist.close()
     s = run.state
     return TrainResult(out, s.step, s.tokens_seen, s.last_loss("train"), s.last_loss("val"), s.log, dist.is_main)
 
 
-def fit_vocabulary(model_config: GPTConfig | None, tok: TokenizerIdentity, *, given: bool) -> GPTConfig:
-    """The model config for data made by ``tok``: its vocabulary and end-of-text id when none was given;
-    a given one must hold every id (and, with ``document_mask``, end documents at the data's id)."""
-    if not given:
-        return dataclasses.replace(model_config, vocab_size=tok.n_vocab, eot_token=tok.eot_token)
-    if model_config.vocab_size < tok.n_vocab:
-        raise ValueError(
-            f"the model's vocabulary has {model_config.vocab_size:,} ids, but the data was made with {tok.describe()}; "
-            f"use vocab_size={tok.n_vocab} (the CLI takes it from the data)"
-        )
-    if model_config.eot_token != tok.eot_token:
-        if given and model_config.document_mask:
-            raise ValueError(
-                f"the model ends documents at id {model_config.eot_token}, but the data was made with {tok.describe()}; "
-                f"use eot_token={tok.eot_token}"
-            )
-        model_config = dataclasses.replace(model_config, eot_token=tok.eot_token)
-    return model_config
-
-
-def _start(config: TrainConfig, model_config: GPTConfig | None, saved: dict | None, out: Path, *, device, dist) -> _Run:
-    """Read the data, settle the model's vocabulary, build the run and restore a saved one."""
-    # Validation: eval_batches global batches (batch_size windows per rank), the same for any world size.
-    max_val_tokens = config.eval_batches * config.batch_size * dist.world_size * config.max_length + 1
+def _start(config: TrainConfig, model_config, saved: Saved | None, *, device: DeviceConfig, dist: Distributed) -> _Run:
+    """Read the data, settle the model (its vocabulary is the data's), build the run and restore a saved one."""
+    # Validation: eval_batches global batches, shared by the sources by weight; the same for any world size.
     data = load_training_data(
-        config.data, val_fraction=config.val_fraction, max_val_tokens=max_val_tokens, tokenizer=config.tokenizer
+        config.data,
+        val_fraction=config.val_fraction,
+        max_val_windows=config.eval_batches * config.rank_batch(dist.world_size) * dist.world_size,
+        length=config.max_length,
+        tokenizer=config.tokenizer,
     )
+    model = settle_model(model_config, saved, config, data.tokenizer)
+    run = _Run(config, model, data, new=saved is None, device=device, dist=dist)
     if saved is not None:
-        check_same_tokenizer(saved, data.tokenizer, out)
-    given = model_config is not None or saved is not None
-    model_config = fit_vocabulary(_model_config(saved, model_config, config, out), data.tokenizer, given=given)
-    run = _Run(config, model_config, data, new=saved is None, device=device, dist=dist)
-    if saved is not None:
+        out = Path(config.out)
         verify_checkpoint(out)  # every file exactly as saved (after the setup checks), or the damaged one named
         run.state.restore(out, run.model, run.optimizer, run.loader)
         run.restore_counts(out)
     return run
-
-
-def _saved_run(out: Path, config: TrainConfig, *, resume: bool, allow_unverified: bool = False) -> dict | None:
-    """The checkpoint config to resume from (checked against ``config``), or None for a new run."""
-    if resume:  # the newest complete one of the run, verified first (a killed or damaged save falls back)
-        resume_checkpoint(out, allow_unverified=allow_unverified)
-    if out.exists():
-        if not resume:
-            raise FileExistsError(
-                f"{out} already exists; pass resume=True (--resume) to continue it, or choose another out directory"
-            )
-        saved = read_checkpoint_config(out)
-        _check_resumable(saved["train"], config)
-        return saved
-    if resume:
-        hint = interrupted_save_hint(out)  # a save killed between its two renames left the checkpoint beside
-        if hint:
-            raise FileNotFoundError(f"checkpoint {out} does not exist{hint}")
-        raise FileNotFoundError(f"nothing to resume: {out} does not exist; drop resume (--resume) to start a new run")
-    return None
-
-
-def _model_config(saved: dict | None, given: GPTConfig | None, config: TrainConfig, out: Path) -> GPTConfig:
-    model_config = given
-    if saved is not None:
-        ckpt_model = GPTConfig.from_dict(saved["model"])
-        if given is not None and given != ckpt_model:
-            new = given.to_dict()  # compared as dicts: the scheme's options too
-            diff = [f"{k}: {v!r} -> {new[k]!r}" for k, v in ckpt_model.to_dict().items() if new[k] != v]
-            raise ValueError(
-                f"the checkpoint in {out} has another model ({'; '.join(diff)}); omit the model options when resuming"
-            )
-        model_config = ckpt_model
-    if model_config is None:
-        model_config = GPTConfig(context_length=config.max_length)  # its vocabulary comes from the data
-    if model_config.context_length < config.max_length:
-        raise ValueError(
-            f"max_length={config.max_length} exceeds the model's context_length={model_config.context_length}; "
-            "lower max_length or raise context_length"
-        )
-    return model_config
 
 
 class _Run:
@@ -202,6 +161,8 @@ class _Run:
         dist: Distributed,
     ) -> None:
         self.config, self.data, self.dist, self.precision = config, data, dist, device.precision
+        self.batch_size = config.rank_batch(dist.world_size)  # windows per step on this rank
+        self.global_batch_size = self.batch_size * dist.world_size
         self.device = resolve_device(device.device, local_rank=dist.local_rank)
         torch.manual_seed(config.seed)  # weights first, then the loader: the order resume relies on
         self.model = GPT(model_config)  # the plain module: checkpoints and evaluation use it
@@ -212,9 +173,11 @@ class _Run:
         self.optimizer = _optimizer(self.model, config)
         self.loader = create_dataloader(
             data.train,
-            batch_size=config.batch_size,
+            batch_size=self.batch_size,
             max_length=config.max_length,
             stride=config.window_stride,
+            packing=config.packing,
+            output="documents" if config.packing else "pairs",  # packing: the model reads the documents' bounds
             shuffle=True,
             seed=config.seed,
             drop_last=True,
@@ -224,11 +187,14 @@ class _Run:
         )
         if len(self.loader) == 0:
             raise ValueError(
-                f"{config.data} gives no full batch of {config.batch_size} windows of {config.max_length} tokens; lower batch_size or max_length"
+                f"{config.data} gives no full batch of {self.batch_size} windows of {config.max_length} tokens; lower batch_size or max_length"
             )
         self.state = TrainState()
         self.counter: TokenCounter | None = TokenCounter(model_config.vocab_size)
-        self.batches = None
+        self.batches: Iterator[Any] = iter(())  # (inputs, targets), or DocumentBatch es with packing
+        self.rate = [0, 0.0]
+        # What the data is, whatever its path (rank 0 writes it with each checkpoint; resume compares it).
+        self.identity = data_identity(config.data) if dist.is_main else None
 
     def restore_counts(self, out: Path) -> None:
         """Continue the checkpoint's token counts (rank 0 holds them; the ranks' counts add up at each save).
@@ -240,7 +206,7 @@ class _Run:
 
             warnings.warn(f"{out} records no token counts (an older tokembed): this run records none", stacklevel=2)
             self.counter = None
-        elif self.dist.is_main:
+        elif self.dist.is_main and self.counter is not None:
             self.counter.restore(out)
 
     def _global_counts(self) -> TokenCounter | None:
@@ -253,46 +219,54 @@ class _Run:
         total.counts = summed.cpu()
         return total
 
-    def loop(self, end: int, *, progress: bool, resumed: bool) -> None:
+    def loop(self, end: int, *, progress: Progress, resumed: bool) -> None:
         """Train until step ``end``, evaluating and checkpointing on schedule.
 
-        Ctrl-C finishes the step in progress, saves it and raises ``KeyboardInterrupt`` (see
-        `tokembed.training.interrupt`); a second Ctrl-C stops at once, keeping the last checkpoint.
+        Ctrl-C or SIGTERM on any rank: every rank finishes the step in progress, the step is saved and
+        `TrainingInterrupted` raised (see `tokembed.training.interrupt`); a second Ctrl-C stops at once,
+        keeping the last checkpoint.
         """
-        from tqdm.auto import tqdm
-
         c, s = self.config, self.state
-        if progress:
-            what = f"resuming {c.out} at step {s.step}" if resumed else f"training into {c.out}"
-            tqdm.write(
-                f"{what}: GPT with {self.model.num_parameters():,} parameters ({self.model.config.positional} positions); {self.data.description}"
-            )
-        bar = tqdm(
-            total=c.max_steps,
-            initial=s.step,
-            desc=f"train {self.model.config.positional}",
-            unit="step",
-            disable=not progress,
-            dynamic_ncols=True,
+        what = f"resuming {c.out} at step {s.step}" if resumed else f"training into {c.out}"
+        progress.line(
+            f"{what}: GPT with {self.model.num_parameters():,} parameters ({self.model.config.positional} positions); {self.data.description}; {self._batch_words()}"
         )
+        counter = progress.counter(total=c.max_steps, initial=s.step, desc="train", unit="step")
+        self.rate = [0, 0.0]  # tokens and seconds since the last line shown
         last_saved = s.step if resumed else -1
+        if resumed:
+            self._evaluate_if_missing(progress)
         self.batches = iter(self.loader)
+        interrupt = DeferredInterrupt()
         try:
             self.model.train()
-            with DeferredInterrupt() as interrupt:  # Ctrl-C: finish the step, save it, then stop
+            with interrupt:  # Ctrl-C, SIGTERM: finish the step, save it, then stop
+                first = s.step
                 while s.step < end:
-                    self._step(bar)
-                    if interrupt.requested or s.step % c.checkpoint_interval == 0 or s.step == end:
+                    signum = self._step(interrupt)
+                    self._show(counter, force=s.step == first + 1 or s.step == end)
+                    if signum:  # some rank was asked to stop: every rank saves this step and stops
+                        self.checkpoint()
+                        raise TrainingInterrupted(signum, s.step, Path(c.out))
+                    if s.step % c.eval_interval == 0 or s.step == c.max_steps:
+                        self._evaluate(progress)
+                    if s.step % c.checkpoint_interval == 0 or s.step == end:
                         self.checkpoint()
                         last_saved = s.step
-                    if interrupt.requested:
-                        raise KeyboardInterrupt
+        except KeyboardInterrupt as e:
+            if isinstance(e, TrainingInterrupted) or not interrupt.signal:
+                raise
+            raise TrainingInterrupted(signal.SIGINT, _saved_step(c.out), Path(c.out), saved=False) from None
         finally:
-            bar.close()
+            counter.close()
         if last_saved != s.step:
             self.checkpoint()
 
-    def _next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+    def _batch_words(self) -> str:
+        w = self.dist.world_size
+        return f"global batch {self.global_batch_size} windows ({self.batch_size} per rank x {w} rank{'s' if w != 1 else ''})"
+
+    def _next_batch(self) -> Any:
         while True:
             try:
                 return next(self.batches)
@@ -301,16 +275,24 @@ class _Run:
                 self.loader.set_epoch(self.state.epoch)
                 self.batches = iter(self.loader)
 
-    def _step(self, bar) -> None:
-        """One optimizer step (and an evaluation when due); tokens/s counts loading and the step only."""
+    def _step(self, interrupt: DeferredInterrupt) -> int:
+        """One optimizer step; tokens/s counts loading and the step only.
+
+        Returns:
+            The stop signal any rank has received by now (0: none): every rank learns it from the same
+            all-reduce that averages the loss, so all of them stop after the same step.
+        """
         c, s = self.config, self.state
         t_start = time.perf_counter()
-        inputs, targets = to_device(self._next_batch(), self.device)  # (B,T),(B,T) of this rank
+        batch = self._next_batch()  # (inputs, targets), or with packing a DocumentBatch
+        if c.packing:  # attention within documents, positions restarting at each: from the loader's metadata
+            batch = (batch.inputs, batch.targets, batch.document_ids())
+        inputs, targets, *documents = to_device(batch, self.device)  # (B,T),(B,T)[,(B,T)] of this rank
         lr = lr_at(s.step, c)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         with autocast(self.device, self.precision):
-            loss = self.step_model(inputs, targets)  # (B,T),(B,T) -> scalar
+            loss = self.step_model(inputs, targets, *documents)  # (B,T),(B,T)[,(B,T)] -> scalar
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()  # DDP: gradients are averaged over the ranks here
         if c.grad_clip > 0:
@@ -318,34 +300,79 @@ class _Run:
         self.optimizer.step()
         if self.counter is not None:  # beside the step count: an interrupted step counts neither
             self.counter.add(inputs)
-        loss = self.dist.mean(loss)  # the global batch's loss, as one process with all of it would log
-        tokens = c.batch_size * c.max_length * self.dist.world_size
+        # The global batch's loss (as one process with all of it would log), and whether any rank must stop.
+        mean_loss, signum = self._share(loss, interrupt.signal)
+        tokens = self.global_batch_size * c.max_length
         s.step += 1
         s.tokens_seen += tokens
-        tok_s = tokens / max(time.perf_counter() - t_start, 1e-9)
+        seconds = time.perf_counter() - t_start
+        self.rate[0] += tokens
+        self.rate[1] += seconds
         s.log["train"].append(
-            {"step": s.step, "tokens": s.tokens_seen, "loss": loss.item(), "lr": lr, "tokens_per_s": tok_s}
+            {
+                "step": s.step,
+                "tokens": s.tokens_seen,
+                "loss": mean_loss,
+                "lr": lr,
+                "tokens_per_s": tokens / max(seconds, 1e-9),
+            }
         )
-        val = s.last_loss("val")
-        bar.update(1)
-        bar.set_postfix(loss=f"{loss.item():.3f}", val=f"{val:.3f}" if val is not None else "-", tok_s=f"{tok_s:,.0f}")
-        if s.step % c.eval_interval == 0 or s.step == c.max_steps:
-            self._evaluate()
+        return signum
 
-    def _evaluate(self) -> None:
-        if self.data.val is None or not self.dist.is_main:
+    def _share(self, loss: torch.Tensor, signum: int) -> tuple[float, int]:
+        """The loss averaged over the ranks and the stop signal any rank got, in one all-reduce (the one the
+        loss needed anyway, one number longer: asking about signals costs no collective of its own).
+
+        The second number sums each rank's flag: 1 for Ctrl-C, ``world_size + 1`` for SIGTERM, so a sum over
+        ``world_size`` means some rank got SIGTERM (which wins: the scheduler's SIGKILL follows it).
+        """
+        if not self.dist.active:
+            return loss.item(), signum
+        world = self.dist.world_size
+        flag = {0: 0.0, signal.SIGINT: 1.0, signal.SIGTERM: float(world + 1)}[signum]
+        packed = torch.stack([loss.detach().float(), torch.tensor(flag, device=loss.device)])  # (2,)
+        torch.distributed.all_reduce(packed, op=torch.distributed.ReduceOp.SUM)
+        flags = packed[1].item()
+        stop = signal.SIGTERM if flags > world else signal.SIGINT if flags > 0 else 0
+        return (packed[0] / world).item(), stop
+
+    def _show(self, counter: Counter, *, force: bool) -> None:
+        tokens, seconds = self.rate
+        if counter.update(
+            1, f"loss {self.state.last_loss('train'):.4f} | {tokens / max(seconds, 1e-9):,.0f} tok/s", force=force
+        ):
+            self.rate = [0, 0.0]
+
+    def _evaluate(self, progress: Progress) -> None:
+        """The validation loss of each source and their weighted total (rank 0), logged and shown."""
+        if not self.data.validation or not self.dist.is_main:
             return
         c = self.config
+        budget = c.eval_batches * self.global_batch_size  # windows in all, shared by the sources by weight
         with autocast(self.device, self.precision):
-            val = evaluate_tokens(
+            row = evaluate_sources(
                 self.model,
-                self.data.val,
+                self.data.validation,
                 length=c.max_length,
-                batch_size=c.batch_size,
-                max_windows=c.eval_batches * c.batch_size * self.dist.world_size,
-            )["loss"]
+                batch_size=self.batch_size,
+                max_windows=[weighted_share(budget, v.weight) for v in self.data.validation],
+            )
         self.model.train()
-        self.state.log["val"].append({"step": self.state.step, "loss": val})
+        entry = {"step": self.state.step, "loss": row["loss"]}
+        if len(row["sources"]) > 1:
+            entry["sources"] = {r["source"]: r["loss"] for r in row["sources"]}
+        self.state.log["val"].append(entry)
+        each = ", ".join(f"{Path(k).name} {v:.4f}" for k, v in entry.get("sources", {}).items())
+        progress.line(
+            f"train: step {self.state.step}: validation loss {row['loss']:.4f}" + (f" ({each})" if each else "")
+        )
+
+    def _evaluate_if_missing(self, progress: Progress) -> None:
+        """A run stopped by a signal saved before the evaluation due at its step: do it first."""
+        c, s = self.config, self.state
+        due = s.step > 0 and (s.step % c.eval_interval == 0 or s.step == c.max_steps)
+        if due and (not s.log["val"] or s.log["val"][-1]["step"] != s.step):
+            self._evaluate(progress)
 
     def checkpoint(self) -> None:
         """Rank 0 writes the checkpoint; the other ranks wait for it (a resume then finds it whole)."""
@@ -366,11 +393,19 @@ class _Run:
             step=s.step,
             tokens_seen=s.tokens_seen,
             optimizer=self.optimizer,
-            state=s.to_dict(self.loader),
+            state=s.to_dict(self.loader, data=self.identity),
             log=log,
             extra_files={COUNTS_FILE: counter.write} if counter is not None else None,
             keep=self.config.keep_checkpoints,
         )
+
+
+def _saved_step(out: str) -> int:
+    """The step the checkpoint in ``out`` holds (0 when there is none yet)."""
+    try:
+        return int(read_checkpoint_config(out)["step"])
+    except (OSError, ValueError, KeyError):
+        return 0
 
 
 def _log_isotropy(log: dict, step: int, model: GPT, counter: TokenCounter | None) -> None:
@@ -394,13 +429,15 @@ class _LossStep(torch.nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        return self.model.loss(inputs, targets)  # (B,T),(B,T) -> scalar
+    def forward(
+        self, inputs: torch.Tensor, targets: torch.Tensor, document_ids: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        return self.model.loss(inputs, targets, document_ids=document_ids)  # (B,T),(B,T)[,(B,T)] -> scalar
 
 
 def _step_model(model: GPT, device: DeviceConfig, dist: Distributed, where: torch.device) -> torch.nn.Module:
     """The training step's module: the loss, wrapped in DDP across ranks and compiled when asked."""
-    step: torch.nn.Module = _LossStep(model)
+    step: Any = _LossStep(model)  # a module, or what torch.compile makes of it
     if dist.active:
         from torch.nn.parallel import DistributedDataParallel
 
@@ -410,15 +447,6 @@ def _step_model(model: GPT, device: DeviceConfig, dist: Distributed, where: torc
     if device.compile:
         step = torch.compile(step)
     return step
-
-
-def _check_resumable(saved: dict, given: TrainConfig) -> None:
-    old, new = TrainConfig.from_dict(saved).to_dict(), given.to_dict()
-    diff = [f"{k}: {old[k]!r} -> {new[k]!r}" for k in old if k not in RESUMABLE_CHANGES and old[k] != new[k]]
-    if diff:
-        raise ValueError(
-            f"cannot resume with a different training setup ({'; '.join(diff)}); resume with the checkpoint's values or train into a new --out"
-        )
 
 
 def _optimizer(model: GPT, config: TrainConfig) -> torch.optim.AdamW:

@@ -36,8 +36,9 @@ class TrainState:
         """The last logged ``"train"`` or ``"val"`` loss, or None."""
         return self.log[kind][-1]["loss"] if self.log[kind] else None
 
-    def to_dict(self, loader) -> dict:
-        """``state.json``'s content: this state, the loader's position and torch's RNG."""
+    def to_dict(self, loader, *, data: dict | None = None) -> dict:
+        """``state.json``'s content: this state, the loader's position, torch's RNG, and ``data``: what the
+        run reads, by content (`tokembed.training.data.data_identity`), which a resume must find again."""
         return {
             "step": self.step,
             "tokens_seen": self.tokens_seen,
@@ -45,6 +46,7 @@ class TrainState:
             "loader": _jsonable(loader.state_dict()),
             "rng": _rng_state(),
             **({"cuda_rng": _cuda_rng_state()} if torch.cuda.is_available() and torch.cuda.is_initialized() else {}),
+            **({"data": data} if data is not None else {}),
         }
 
     def restore(self, out: Path, model, optimizer, loader) -> None:

@@ -20,15 +20,15 @@ from __future__ import annotations
 
 import io
 import os
-import re
 import sys
 from collections.abc import Callable
 from typing import BinaryIO, Protocol
 
+from tokembed._paths import url_scheme
+
 __all__ = ["LocalInput", "OpenedInput", "RangedFile", "StdinInput", "is_url", "open_input", "register_opener"]
 
 STDIN = "-"
-_URL = re.compile(r"([a-zA-Z][a-zA-Z0-9+.-]*)://")
 
 
 class OpenedInput(Protocol):
@@ -181,8 +181,8 @@ def register_opener(scheme: str, opener: Callable[[str], OpenedInput]) -> None:
 
 
 def is_url(name: str) -> bool:
-    """Whether ``name`` is a URL (``scheme://...``) rather than a local path."""
-    return _URL.match(name) is not None
+    """Whether ``name`` is a URL (``scheme://...``) rather than a local path (`tokembed._paths.is_url`)."""
+    return url_scheme(name) is not None
 
 
 def open_input(name: str) -> OpenedInput:
@@ -193,13 +193,13 @@ def open_input(name: str) -> OpenedInput:
     """
     if name == STDIN:
         return StdinInput()
-    m = _URL.match(name)
-    if m is None:
+    scheme = url_scheme(name)
+    if scheme is None:
         return LocalInput(os.fspath(name))
-    opener = _OPENERS.get(m.group(1).lower())
+    opener = _OPENERS.get(scheme)
     if opener is None:
         raise ValueError(
-            f"input {name} is a URL, and no reader for {m.group(1)}:// URLs is installed; "
+            f"input {name} is a URL, and no reader for {scheme}:// URLs is installed; "
             "copy it to a local file first (tokembed prepare reads local files and standard input)"
         )
     return opener(name)
