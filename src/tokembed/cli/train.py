@@ -492,12 +492,10 @@ def _labels(paths: list[str]) -> dict[str, str]:
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    from tokembed.model.checkpoint import load_checkpoint
     from tokembed.training.evaluation import evaluate
 
-    loaded = load_checkpoint(args.checkpoint, allow_unverified=args.allow_unverified)
     rows = evaluate(
-        loaded,
+        args.checkpoint,  # the directory, not a loaded model: a phased mixture is weighed as at its last step
         lengths=args.lengths,
         data=args.data,
         batch_size=args.batch_size,
@@ -508,6 +506,7 @@ def run_eval(args: argparse.Namespace) -> int:
         stride=args.stride,
         progress=not args.json and not args.quiet,  # a bar on a terminal, a line per length in a log
         device=args.device,
+        allow_unverified=args.allow_unverified,
     )
     print(json.dumps(rows, indent=1) if args.json else format_rows(rows))
     return 0
