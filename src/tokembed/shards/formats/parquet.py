@@ -427,12 +427,22 @@ class ParquetFormat(InputFormat):
         return read_rows(_row_span(span), name)
 
     def texts(self, span: Span, data: bytes, records: RecordContext) -> Iterator[str]:
-        for raw, row, k in row_records(_row_span(span), data):
+        rows = _row_span(span)
+        clean = records.control_free(data[8 * (rows.end - rows.start) :])  # the values, after the lengths
+        for raw, row, k in row_records(rows, data):
             if raw is None:  # a null: an empty document
                 records.empty()
-            else:
-                yield records.decode(raw, row, k, bytes_from=0)
+                continue
+            text = _valid_utf8(raw) if clean else None  # no control byte anywhere: valid UTF-8 is all decode checks
+            yield text if text is not None else records.decode(raw, row, k, bytes_from=0)
 
     def where(self, name: str, span: Span, offset: int, k: int) -> str:
         group = span.group if isinstance(span, RowSpan) else 0
         return name if k < 0 else f"{name}, row group {group}, row {offset:,}"
+
+
+def _valid_utf8(raw: bytes) -> str | None:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
