@@ -190,10 +190,7 @@ def test_the_command_line_with_a_registered_tokenizer(chars, corpus, tmp_path, c
     assert main(["report", str(run), "-o", str(tmp_path / "r.html"), "--points", "50", "--no-tsne"]) == 0
     text_run = tmp_path / "text-run"  # a text file tokenized by the registered name
     assert (
-        main(
-            ["train", str(root / "story.txt"), "--tokenizer", "chars", "--out", str(text_run), *small, "--quiet"]
-        )
-        == 0
+        main(["train", str(root / "story.txt"), "--tokenizer", "chars", "--out", str(text_run), *small, "--quiet"]) == 0
     )
     assert json.loads((text_run / "config.json").read_text())["tokenizer_record"]["source"] == "chars"
 
