@@ -62,7 +62,8 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "data",
         nargs="?",
-        help="a shard folder (tokembed prepare) or a UTF-8 text file (its last 10%% of tokens is held out for validation); "
+        help="a shard folder (tokembed prepare), a Megatron prefix (PREFIX.bin + PREFIX.idx) or a UTF-8 text file "
+        "(its last 10%% of tokens is held out for validation); "
         "or leave it out and give --source or --mixture; with --resume, the checkpoint's data (a copy at another "
         "path is recognised by its content)",
     )
