@@ -62,7 +62,8 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "data",
         nargs="?",
-        help="a shard folder (tokembed prepare) or a UTF-8 text file (its last 10%% of tokens is held out for validation); "
+        help="a shard folder (tokembed prepare), a Megatron prefix (PREFIX.bin + PREFIX.idx) or a UTF-8 text file "
+        "(its last 10%% of tokens is held out for validation); "
         "or leave it out and give --source or --mixture; with --resume, the checkpoint's data (a copy at another "
         "path is recognised by its content)",
     )
@@ -492,12 +493,10 @@ def _labels(paths: list[str]) -> dict[str, str]:
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    from tokembed.model.checkpoint import load_checkpoint
     from tokembed.training.evaluation import evaluate
 
-    loaded = load_checkpoint(args.checkpoint, allow_unverified=args.allow_unverified)
     rows = evaluate(
-        loaded,
+        args.checkpoint,  # the directory, not a loaded model: a phased mixture is weighed as at its last step
         lengths=args.lengths,
         data=args.data,
         batch_size=args.batch_size,
@@ -508,6 +507,7 @@ def run_eval(args: argparse.Namespace) -> int:
         stride=args.stride,
         progress=not args.json and not args.quiet,  # a bar on a terminal, a line per length in a log
         device=args.device,
+        allow_unverified=args.allow_unverified,
     )
     print(json.dumps(rows, indent=1) if args.json else format_rows(rows))
     return 0

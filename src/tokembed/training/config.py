@@ -25,7 +25,8 @@ class TrainConfig:
     """How to train.
 
     Attributes:
-        data: a shard folder (``tokembed prepare`` output) or a UTF-8 text file (stored as an absolute path),
+        data: a shard folder (``tokembed prepare`` output), a Megatron prefix or a UTF-8 text file (stored as an
+            absolute path),
             or a `tokembed.Mixture` or `tokembed.PhasedMixture` of shard folders (stored as its ``spec()``, a dict).
         out: the checkpoint directory to write (and resume from).
         max_length: tokens per training window (must not exceed the model's context_length).
