@@ -23,6 +23,7 @@ not import torch), and `imported_modules` runs code in a fresh interpreter and r
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -35,6 +36,19 @@ from hypothesis import settings
 # default 200 ms deadline, so no test fails for being slow.
 settings.register_profile("tokembed", deadline=None)
 settings.load_profile("tokembed")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _cache_dir(tmp_path_factory):
+    """Caches (packing plans) go to a temporary folder for the session, never to the user's ~/.cache."""
+    old = os.environ.get("TOKEMBED_CACHE_DIR")
+    os.environ["TOKEMBED_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))
+    yield
+    if old is None:
+        os.environ.pop("TOKEMBED_CACHE_DIR", None)
+    else:
+        os.environ["TOKEMBED_CACHE_DIR"] = old
+
 
 ROOT = Path(__file__).resolve().parents[1]
 # Resolved: a checkout whose ../shared is a link records the same absolute paths as one beside the real folder.

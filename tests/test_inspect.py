@@ -212,13 +212,13 @@ def test_table_of_an_in_memory_model():
             self.config = SimpleNamespace(positional=positional, context_length=12)
 
     learned = Stand("learned")
-    table = EmbeddingTable.from_model(learned)
+    table = EmbeddingTable.from_model(learned, tokenizer="gpt2")  # 100 rows: GPT-2's only when asked for
     assert torch.equal(table.tokens, learned.embed.token.weight.detach()) and torch.equal(
         table.positions, learned.embed.position.weight.detach()
     )
-    sinus = EmbeddingTable.from_model(Stand("sinusoidal"))
+    sinus = EmbeddingTable.from_model(Stand("sinusoidal"), tokenizer="gpt2")
     assert sinus.positions.shape == (12, 6) and torch.allclose(sinus.positions[0], torch.tensor([0.0, 1.0] * 3))
-    assert EmbeddingTable.from_model(Stand("alibi")).positions is None
+    assert EmbeddingTable.from_model(Stand("alibi"), tokenizer="none").positions is None
     with pytest.raises(TypeError, match="has no model.embed.token.weight"):
         EmbeddingTable.from_model(nn.Linear(2, 2))
 

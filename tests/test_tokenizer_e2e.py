@@ -66,6 +66,30 @@ def test_a_gpt_trained_on_o200k_data_has_its_vocabulary_and_inspect_labels_it(o2
     assert table.label(199999) == "<|endoftext|>"
 
 
+def test_an_in_memory_o200k_model_is_labelled_by_o200k(o200k_folder, tmp_path):
+    # Issue 24 item 7: EmbeddingTable.from_model assumed GPT-2 (" the" had the neighbours of GPT-2's id 262).
+    out, _ = o200k_folder
+    config = TrainConfig(data=str(out), out=str(tmp_path / "run"), max_length=8, batch_size=2, max_steps=1)
+    train(
+        config,
+        GPTConfig(vocab_size=200019, eot_token=199999, context_length=8, dim=8, n_layers=1, n_heads=2),
+        progress=False,
+    )
+    model, _ = tokembed.load_checkpoint(tmp_path / "run")
+    enc = tokembed.get_tokenizer("o200k_base")
+    table = tokembed.EmbeddingTable.from_model(model)
+    assert table.tokenizer.name == "o200k_base" and table.ids(" the") == enc.encode_ordinary(" the")
+    assert table.label(enc.encode_ordinary(" embeddings")[0]) == " embeddings"
+    with pytest.raises(ValueError, match=r"trained on ids of o200k_base .* but tokenizer=gpt2 .* was given"):
+        tokembed.EmbeddingTable.from_model(model, tokenizer="gpt2")
+    model.tokenizer_record = None  # a model that records nothing, and whose vocabulary is not GPT-2's
+    with pytest.raises(
+        ValueError, match=r"GPT has 200,019 token rows and end-of-text id 199999, not GPT-2's .*Pass tokenizer="
+    ):
+        tokembed.EmbeddingTable.from_model(model)
+    assert tokembed.EmbeddingTable.from_model(model, tokenizer="o200k_base").tokenizer.name == "o200k_base"
+
+
 def test_opening_data_of_another_tokenizer_names_both(o200k_folder, tmp_path):
     out, _ = o200k_folder
     with pytest.raises(

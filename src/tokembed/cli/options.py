@@ -122,7 +122,7 @@ class Parser(argparse.ArgumentParser):
         kwargs.setdefault("formatter_class", Formatter)
         super().__init__(*args, **kwargs)
 
-    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+    def parse_known_args(self, args=None, namespace=None):
         namespace, extras = super().parse_known_args(args, namespace)
         for action in self._actions:
             waiting = isinstance(action, OldPositional) and getattr(namespace, action.dest, None) is None
@@ -319,6 +319,18 @@ def windows(*, defaults: bool) -> argparse.ArgumentParser:
     p = _parent()
     add_windows(p, defaults=defaults)
     return p
+
+
+def add_packing(container, what: str) -> None:
+    """``--packing PACKER`` into a parser or group: a name of `tokembed.data.packing.PACKERS` (checked where it is
+    used, so that a wrong name is refused with the list). ``what`` says what packing does for this command."""
+    container.add_argument(
+        "--packing",
+        default=None,
+        metavar="PACKER",
+        help=f"{what}: pack whole documents into windows of max-length with a packer of "
+        "tokembed.data.packing.PACKERS, e.g. best-fit (a wrong name lists them)",
+    )
 
 
 def folder(text: str) -> Any:

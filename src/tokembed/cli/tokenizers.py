@@ -12,7 +12,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "tokenizers",
         help="list the tokenizers available offline and the files each is built from",
-        description="List the named tokenizers, the package and files each is built from here, and what is "
+        description="List the named tokenizers (built in, registered, and declared by installed packages in the "
+        "entry point group tokembed.tokenizers), the package and files each is built from here, and what is "
         "missing. Any tokenizer.json (or its folder) and any .tiktoken file (with --pattern) work too.",
         parents=[options.json_output()],
     )
@@ -48,4 +49,8 @@ def run(args: argparse.Namespace) -> int:
         state = f"missing: {r['problem']}" if r.get("problem") else f"{r['package']}: {r['where']}"
         print(f"{r['name']:<12} {state}{size}")
     print("any tokenizer.json (Hugging Face) or .tiktoken file (with --pattern): pass its path as --tokenizer")
+    print(
+        "your own: tokembed.register_tokenizer(name, build), or an entry point in 'tokembed.tokenizers' "
+        "(docs/tokenizers.md)"
+    )
     return 0

@@ -13,8 +13,8 @@ row. What modern trainers ask of a batch follows from the segments' starts alone
 - ``max_seqlen``: the longest segment;
 - ``doc_lens`` (B, D) int32: each row's segment lengths, zero-padded (OLMo-core's ``doc_lens``).
 
-Everything is computed for a whole batch in a few numpy calls (`segment_layout`); nothing loops over
-windows in Python.
+Everything is computed for many batches at once in a fixed number of numpy calls (`DocumentLayout`);
+nothing loops over windows or documents in Python.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["IGNORE_INDEX", "DocumentBatch", "document_batch", "document_batches", "window_segments"]
+__all__ = ["IGNORE_INDEX", "DocumentBatch", "DocumentLayout", "document_batch", "window_segments"]
 
 IGNORE_INDEX = -100  # a target nothing is predicted for (padding, a packed document's last token): torch's default
 
@@ -40,7 +40,8 @@ class DocumentBatch:
         inputs: (B, T) int64 token ids.
         targets: (B, T) int64, the inputs shifted by one; ``IGNORE_INDEX`` (-100) where nothing is
             predicted (packing: padding, and each document's last token).
-        position_ids: (B, T) int64, 0 at each row's first token and at each document start.
+        position_ids: (B, T) int32, 0 at each row's first token and at each document start (int32: half the
+            bytes of int64, and every consumer indexes with it: nn.Embedding, RoPE tables, HF, torchtitan).
         cu_seqlens: (S+1,) int32 segment starts in the flattened (B*T,) batch, then B*T (padded to a
             fixed length by repeating B*T when the loader was given ``max_documents``).
         max_seqlen: the longest segment, in tokens.
@@ -74,109 +75,149 @@ class DocumentBatch:
         return int(self.inputs.shape[0])
 
 
-@functools.lru_cache(maxsize=4)
-def _arange(n: int) -> np.ndarray:
-    a = np.arange(n)
+@functools.lru_cache(maxsize=8)
+def _arange(n: int, dtype: str = "int64") -> np.ndarray:
+    a = np.arange(n, dtype=dtype)
     a.flags.writeable = False
     return a
 
 
-def window_segments(starts: np.ndarray, doc_starts: np.ndarray, length: int) -> tuple[np.ndarray, np.ndarray]:
+def window_segments(
+    starts: np.ndarray, doc_starts: np.ndarray, length: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The segments of windows of ``length`` tokens starting at ``starts`` in a stream with documents starting
-    at ``doc_starts``.
+    at ``doc_starts``, laid out as the rows of one flattened batch.
 
     Args:
-        starts: (B,) int64 global offsets of the windows' first tokens.
+        starts: (R,) int64 global offsets of the windows' first tokens (row ``r`` is window ``starts[r]``).
         doc_starts: (D,) int64 sorted global offsets of every document start.
         length: tokens per window (``T``).
 
     Returns:
-        ``(seg_row, seg_start)``, (S,) each: the row of each segment and its first token within the row,
-        sorted by row then start; every row's first segment starts at 0.
+        ``(flat, row, counts)``: (S,) int64 where each segment starts in the flattened (R*T,) batch, sorted
+        (row ``r``'s first segment at ``r*T``, then one per document start inside the window); (S,) the row
+        of each segment; (R,) segments per row.
     """
-    lo = np.searchsorted(doc_starts, starts, side="right")  # (B,) first document start after the window's
-    hi = np.searchsorted(doc_starts, starts + length, side="left")  # (B,) first one past the window
-    counts = hi - lo + 1  # (B,) segments per row: the first, then one per document start inside
-    seg_row = np.repeat(np.arange(len(starts)), counts)  # (S,)
-    first = np.cumsum(counts) - counts  # (B,) index of each row's first segment
-    j = np.arange(len(seg_row)) - first[seg_row]  # (S,) 0 for a row's first segment, then 1, 2, ...
-    inner = doc_starts[np.minimum(lo[seg_row] + j - 1, max(len(doc_starts) - 1, 0))] if len(doc_starts) else 0
-    seg_start = np.where(j > 0, inner - starts[seg_row], 0)
-    return seg_row, seg_start
+    # ndarray methods rather than np.* functions: a batch's layout is ~20 calls on small arrays, where
+    # numpy's Python-level wrappers would cost as much as the work.
+    lo = doc_starts.searchsorted(starts, side="right")  # (R,) first document start after the window's
+    counts = doc_starts.searchsorted(starts + length, side="left") - lo + 1  # (R,) 1 + document starts inside
+    heads = _arange(len(starts)) * length  # (R,) where each row starts in the flattened batch
+    s = int(counts.sum())
+    if s == len(starts):  # no document starts inside any window: one segment per row
+        return heads, _arange(len(starts)), counts
+    row = _arange(len(starts)).repeat(counts)  # (S,)
+    first = counts.cumsum() - counts  # (R,) index of each row's first segment
+    # Segment i of row r, the row's j-th (j = i - first[r] > 0), starts with document lo[r] + j - 1.
+    doc = _arange(s) - (first - lo + 1)[row]  # (S,); a row's first segment gets lo[r] - 1 (overwritten below)
+    flat = doc_starts[np.maximum(doc, 0)] + (heads - starts)[row]  # (S,) document starts moved into their rows
+    flat[first] = heads  # the window's first token starts a segment
+    return flat, row, counts
 
 
-def document_batches(
-    inputs: torch.Tensor | np.ndarray,
-    targets: torch.Tensor | np.ndarray,
-    seg_row: np.ndarray,
-    seg_start: np.ndarray,
-    *,
-    batch_size: int,
-    max_documents: int | None = None,
-) -> list[DocumentBatch]:
-    """Batches of ``batch_size`` rows of (K*B, T) ``inputs``/``targets`` whose segments start at
-    ``(seg_row, seg_start)`` (S,) (sorted by row, then start; every row has one starting at 0).
+@functools.lru_cache(maxsize=8)
+def _batch_arange(n: int, size: int) -> np.ndarray:
+    """``0 .. size-1`` ``n`` times over, int32: each token's place in its batch, for ``n`` batches of ``size``."""
+    a = np.tile(np.arange(size, dtype=np.int32), n)
+    a.flags.writeable = False
+    return a
 
-    The layout of all K batches is computed together (a few numpy calls for the chunk); each batch then
-    takes its slices.
 
-    Raises:
-        ValueError: a batch holds more segments than ``max_documents``.
+class DocumentLayout:
+    """The document metadata of K batches (``batch_size`` rows of ``length`` tokens each), computed together.
+
+    Made from the batches' segments (`window_segments`, or a packed dataset's) in a fixed number of numpy
+    calls for all K batches: the segment lengths, every batch's ``cu_seqlens`` and ``doc_lens`` end to end,
+    each batch's longest segment. `batches` then makes `DocumentBatch` es from the tokens of a few of them,
+    computing their ``position_ids`` (the only per-token work: a repeat and a subtraction) and taking the
+    rest as contiguous slices. Splitting the two keeps numpy's per-call costs off each batch while the
+    token arrays stay small (in cache).
+
+    Args:
+        segments: ``(flat, row, counts)``: (S,) sorted segment starts in the flattened (K*B*T,) batches, every
+            row with one at its first token; (S,) the row of each; (K*B,) segments per row.
+        length: tokens per row (``T``).
+        batch_size: rows per batch (``B``).
+        max_documents: pad every batch's ``cu_seqlens`` to ``max_documents + 1`` entries and ``doc_lens`` to
+            (B, max_documents); `batches` raises at a batch with more segments.
     """
-    rows, t = inputs.shape
-    k, b = rows // batch_size, batch_size
-    flat = seg_row * t + seg_start  # (S,) segment starts in the flattened chunk
-    lens = np.empty_like(flat)  # (S,)
-    np.subtract(flat[1:], flat[:-1], out=lens[:-1])
-    lens[-1] = rows * t - flat[-1]
-    position_ids = np.repeat(flat, lens)  # (K*B*T,) each token's segment start ...
-    np.subtract(_arange(rows * t), position_ids, out=position_ids)  # ... and its distance from it
-    counts = np.bincount(seg_row, minlength=rows)  # (K*B,) segments per row
-    col = np.arange(len(seg_row)) - (np.cumsum(counts) - counts)[seg_row]  # (S,) the segment's place in its row
-    per_batch = counts.reshape(k, b)
-    width = per_batch.max(axis=1) if max_documents is None else np.full(k, max_documents)  # (K,)
-    bounds = np.zeros(k + 1, dtype=np.int64)  # (K+1,) each batch's segments
-    np.cumsum(per_batch.sum(axis=1), out=bounds[1:])
-    if max_documents is not None and (np.diff(bounds) > max_documents).any():
-        n = int(np.diff(bounds).max())
-        raise ValueError(
-            f"a batch holds {n} document pieces, more than max_documents={max_documents}; raise max_documents "
-            f"(at most batch_size x max_length = {b * t} pieces fit in a batch) or leave it out"
-        )
-    doc_lens = np.zeros((rows, int(width.max())), dtype=np.int32)
-    doc_lens[seg_row, col] = lens
-    longest = np.maximum.reduceat(lens, bounds[:-1])  # (K,)
-    pos = position_ids.reshape(rows, t)
-    inputs, targets = (a.numpy() if isinstance(a, torch.Tensor) else a for a in (inputs, targets))
-    out = []
-    for j in range(k):
-        n = int(bounds[j + 1] - bounds[j])
-        cu = np.empty(n + 1 if max_documents is None else max_documents + 1, dtype=np.int32)
-        np.subtract(flat[bounds[j] : bounds[j + 1]], j * b * t, out=cu[:n], casting="unsafe")
-        cu[n:] = b * t  # the end, then padding: zero-length sequences
-        r = slice(j * b, (j + 1) * b)
-        out.append(
-            DocumentBatch(
-                inputs=torch.from_numpy(inputs[r]),  # numpy slices: a torch index costs ~10x more
-                targets=torch.from_numpy(targets[r]),
-                position_ids=torch.from_numpy(pos[r]),
-                cu_seqlens=torch.from_numpy(cu),
-                max_seqlen=int(longest[j]),
-                doc_lens=torch.from_numpy(doc_lens[r, : int(width[j])]),
+
+    def __init__(
+        self,
+        segments: tuple[np.ndarray, np.ndarray, np.ndarray],
+        *,
+        length: int,
+        batch_size: int,
+        max_documents: int | None = None,
+    ) -> None:
+        flat, row, counts = segments
+        t, b = length, batch_size
+        k, bt, s = len(counts) // b, b * t, len(flat)
+        self.t, self.b, self.max_documents = t, b, max_documents
+        self.lens = np.empty(s, dtype=np.int64)  # (S,) segment lengths: the next start minus this one
+        np.subtract(flat[1:], flat[:-1], out=self.lens[:-1])
+        self.lens[-1] = k * bt - flat[-1]
+        per_row = counts.reshape(k, b)
+        self.per_batch = per_row.sum(axis=1)  # (K,) segments per batch
+        self.first = np.zeros(k + 1, dtype=np.int64)  # (K+1,) each batch's first segment, then S
+        self.per_batch.cumsum(out=self.first[1:])
+        batch = row // b  # (S,) the batch of each segment
+        self.local = (flat - batch * bt).astype(np.int32)  # (S,) segment starts in their batch's (B*T,) tokens
+        # cu_seqlens of every batch end to end: its segments' starts, then b*t (its end; repeated: padding).
+        cu_len = self.per_batch + 1 if max_documents is None else np.maximum(self.per_batch + 1, max_documents + 1)
+        self.cu_end = cu_len.cumsum().tolist()  # (K,) where each batch's entries end
+        self.cu = np.full(self.cu_end[-1], bt, dtype=np.int32)
+        # Batch j's entries begin j places after its first segment's index (one end entry per batch before it),
+        # or, padded, at j * (max_documents + 1).
+        shift = batch if max_documents is None else (np.cumsum(cu_len) - cu_len - self.first[:-1])[batch]
+        self.cu[_arange(s) + shift] = self.local
+        # doc_lens of every batch end to end, each (B, width) row-major: a row's segment lengths, then zeros.
+        width = per_row.max(axis=1) if max_documents is None else np.maximum(per_row.max(axis=1), max_documents)
+        gap = width.repeat(b) - counts  # (K*B,) zeros after each row's segments
+        self.doc_lens = np.zeros(int(width.sum()) * b, dtype=np.int32)
+        self.doc_lens[_arange(s) + (gap.cumsum() - gap)[row]] = self.lens
+        self.width, self.dl_end = width.tolist(), (width * b).cumsum().tolist()
+        self.longest = np.maximum.reduceat(self.lens, self.first[:-1]).tolist()  # (K,)
+
+    def batches(self, inputs: torch.Tensor, targets: torch.Tensor, first: int) -> list[DocumentBatch]:
+        """Batches ``first, first + 1, ...`` of the layout, given their (n*B, T) ``inputs`` and ``targets``."""
+        b, t = self.b, self.t
+        n = inputs.shape[0] // b
+        s0, s1 = int(self.first[first]), int(self.first[first + n])
+        # int32 positions: < T <= 2**31, half of int64's bytes; nn.Embedding, RoPE tables, HF and torchtitan take them.
+        position_ids = self.local[s0:s1].repeat(self.lens[s0:s1])  # (n*B*T,) each token's segment start ...
+        np.subtract(_batch_arange(n, b * t), position_ids, out=position_ids)  # ... and its distance from it
+        x, y, pos = inputs.numpy(), targets.numpy(), position_ids.reshape(n * b, t)
+        out = []
+        for i in range(n):
+            j = first + i
+            if self.max_documents is not None and self.per_batch[j] > self.max_documents:
+                raise ValueError(
+                    f"a batch holds {int(self.per_batch[j])} document pieces, more than max_documents={self.max_documents}; "
+                    f"raise max_documents (at most batch_size x max_length = {b * t} pieces fit in a batch) or leave it out"
+                )
+            r, w, d0 = slice(i * b, (i + 1) * b), self.width[j], (self.dl_end[j - 1] if j else 0)
+            out.append(
+                DocumentBatch(  # numpy slices, then from_numpy: ~0.5 us a tensor, less than torch's own views
+                    inputs=torch.from_numpy(x[r]),
+                    targets=torch.from_numpy(y[r]),
+                    position_ids=torch.from_numpy(pos[r]),
+                    cu_seqlens=torch.from_numpy(self.cu[(self.cu_end[j - 1] if j else 0) : self.cu_end[j]]),
+                    max_seqlen=self.longest[j],
+                    doc_lens=torch.from_numpy(self.doc_lens[d0 : d0 + w * b].reshape(b, w)),
+                )
             )
-        )
-    return out
+        return out
 
 
 def document_batch(
     inputs: torch.Tensor,
     targets: torch.Tensor,
-    seg_row: np.ndarray,
-    seg_start: np.ndarray,
+    segments: tuple[np.ndarray, np.ndarray, np.ndarray],
     *,
     max_documents: int | None = None,
 ) -> DocumentBatch:
-    """A `DocumentBatch` of (B, T) ``inputs``/``targets`` whose segments start at ``(seg_row, seg_start)``."""
-    return document_batches(
-        inputs, targets, seg_row, seg_start, batch_size=inputs.shape[0], max_documents=max_documents
-    )[0]
+    """A `DocumentBatch` of (B, T) ``inputs``/``targets`` whose segments are ``segments`` (see `DocumentLayout`)."""
+    b, t = inputs.shape
+    layout = DocumentLayout(segments, length=t, batch_size=b, max_documents=max_documents)
+    return layout.batches(inputs, targets, 0)[0]

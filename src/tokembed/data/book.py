@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader, Dataset, RandomSampler, SequentialSampl
 from tokembed._checks import check_positive_int
 from tokembed.data.plan import window_count
 from tokembed.data.windows import _WindowBatch, check_window_args, collate_windows, encode_text
-from tokembed.tokenizer import get_tokenizer
+from tokembed.tokenizer import TokenizerLike, get_tokenizer
 
 
 class GPTDatasetV1(Dataset):
@@ -30,7 +30,7 @@ class GPTDatasetV1(Dataset):
     ``dataset[k]`` is ``(inputs, targets)``, two int64 tensors of shape (max_length,).
     """
 
-    def __init__(self, txt: str, tokenizer, max_length: int, stride: int) -> None:
+    def __init__(self, txt: str, tokenizer: TokenizerLike, max_length: int, stride: int) -> None:
         check_positive_int("max_length", max_length)
         check_positive_int("stride", stride)
         self.token_ids = encode_text(txt, tokenizer)  # (N,)
@@ -73,7 +73,7 @@ def create_dataloader_v1(
     drop_last: bool = True,
     num_workers: int = 0,
     *,
-    tokenizer="gpt2",
+    tokenizer: TokenizerLike = "gpt2",
 ) -> DataLoader:
     """The book's ``create_dataloader_v1``: the same batches in the same order under the same seed.
 
@@ -113,28 +113,25 @@ class _BookOrderDataLoader(DataLoader):
     its ``randperm``). With workers, or a sampler this does not know, torch's own iterator runs.
     """
 
-    def _fast_path(self) -> bool:
-        s = self.sampler
-        if self.num_workers != 0 or not isinstance(self.dataset, GPTDatasetV1) or self.batch_size is None:
-            return False
+    def _fast_path(self) -> GPTDatasetV1 | None:
+        """The dataset when the fast path reproduces torch's iteration exactly, else None."""
+        s, ds = self.sampler, self.dataset
+        if self.num_workers != 0 or not isinstance(ds, GPTDatasetV1) or self.batch_size is None:
+            return None
         if type(s) is SequentialSampler:
-            return True
-        return (
-            type(s) is RandomSampler
-            and s.generator is None
-            and not s.replacement
-            and s.num_samples == len(self.dataset)
-        )
+            return ds
+        exact = type(s) is RandomSampler and s.generator is None and not s.replacement and s.num_samples == len(ds)
+        return ds if exact else None
 
     def __iter__(self):
-        if not self._fast_path():
+        ds = self._fast_path()
+        if ds is None or self.batch_size is None:
             return super().__iter__()
         # torch's _BaseDataLoaderIter.__init__ draws its _base_seed here, even without workers.
         torch.empty((), dtype=torch.int64).random_(generator=self.generator).item()
-        return self._chunks()
+        return self._chunks(ds, self.batch_size)
 
-    def _chunks(self):
-        ds, b = self.dataset, self.batch_size
+    def _chunks(self, ds: GPTDatasetV1, b: int):
         n = len(ds)
         if isinstance(self.sampler, RandomSampler):
             # RandomSampler.__iter__, run on the first batch: a seed from the global RNG, then randperm.

@@ -36,6 +36,7 @@ source, chosen by the mixture's quota schedule (`tokembed.data.mixture_windows`)
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Iterator, Mapping
@@ -51,14 +52,17 @@ from tokembed.data.mixture_windows import MixtureWindows
 from tokembed.data.packed import PackedWindows
 from tokembed.data.plan import RankPlan, rank_plan
 from tokembed.data.shuffle import FeistelPermutation, GroupedPermutation
-from tokembed.data.windows import SlidingWindowDataset
+from tokembed.data.windows import SlidingWindowDataset, WindowSource
 
 __all__ = ["LoaderConfig", "WindowDataLoader", "WindowLoader", "create_dataloader", "resolve_rank"]
+
+_log = logging.getLogger(__name__)
 
 STATE_FORMAT = "tokembed-loader"
 STATE_VERSION = 1
 _PERM_POSITIONS = 65536  # positions permuted per vectorized call (~0.1 us each; 2 MB of temporaries)
 _CHUNK_TOKENS = 65536  # small batches are gathered together up to this many tokens (2 x 512 KiB of int64)
+_LAYOUT_BATCHES = 64  # batches whose document metadata is computed together (a few KiB per batch)
 
 
 # ------------------------------------------------------------------------------------------- ranks
@@ -161,10 +165,9 @@ class _Epoch:
         self.n, self.plan, self.rank = n, plan, rank
         self.perm: Any = None
         if shuffle:
-            full = group is None
             self.perm = (
                 FeistelPermutation(n, seed=seed, epoch=epoch)
-                if full
+                if group is None
                 else GroupedPermutation(n, group, seed=seed, epoch=epoch)
             )
 
@@ -257,37 +260,52 @@ class _RankBatches(torch.utils.data.IterableDataset):
         pool = _BufferPool() if info is None else None
         step = max(1, 1024 // (b * per_chunk)) * per_chunk  # batches per block, a multiple of per_chunk
         most = max(per_chunk, _PERM_POSITIONS // b // per_chunk * per_chunk)
+        # Document metadata is laid out for up to _LAYOUT_BATCHES batches at once (numpy's per-call costs spread
+        # over them), their tokens still gathered per_chunk batches at a time.
+        per_call = per_chunk if self.output != "documents" else max(per_chunk, _LAYOUT_BATCHES // per_chunk * per_chunk)
+        if getattr(self.dataset, "streamed", False):
+            per_call = per_chunk  # one batch's remote blocks pinned at a time
         order = streaming.follow(self.dataset, self.epoch, ts, workers=nw if info else 0)  # remote sources only
         try:
-            yield from self._blocks(ts, step, most, per_chunk, pool, order)
+            yield from self._blocks(ts, (step, most, per_chunk, per_call), pool, order)
         finally:
             if order is not None:
                 order.close()
 
-    def _blocks(self, ts: range, step: int, most: int, per_chunk: int, pool, order) -> Iterator[Any]:
+    def _blocks(
+        self, ts: range, sizes: tuple[int, int, int, int], pool: _BufferPool | None, order: streaming.Follow | None
+    ) -> Iterator[Any]:
+        """The batches ``ts``: ``sizes`` = (batches per block of positions, most per block, per chunk, per call)."""
+        step, most, per_chunk, per_call = sizes
         while len(ts):
             head, ts, step = ts[:step], ts[step:], min(2 * step, most)
             for block in self.epoch.chunks(head, len(head)):  # (K', B); the shorter last batch apart
-                for i in range(0, len(block), per_chunk):
+                for i in range(0, len(block), per_call):
                     if order is not None:  # the remote caches learn what comes next, and fetch ahead
                         order.at(head[i] if i < len(head) else head[-1])
-                    yield from self._batches(block[i : i + per_chunk], pool)  # (K, B) windows
+                    yield from self._batches(block[i : i + per_call], pool, per_chunk)  # (K, B) windows
 
-    def _batches(self, ks: np.ndarray, pool: _BufferPool | None) -> Iterator[Any]:
-        """The batches of windows ``ks`` (K, B), gathered together."""
+    def _batches(self, ks: np.ndarray, pool: _BufferPool | None, per_chunk: int) -> Iterator[Any]:
+        """The batches of windows ``ks`` (K, B), gathered together (documents: ``per_chunk`` at a time)."""
         ds, b = self.dataset, ks.shape[1]
         if self.output == "rows":
             yield from ds._gather_rows(ks.ravel()).split(b)  # (B, T+1) each
             return
-        out = None if pool is None else pool.get((ks.size, ds.max_length))
         if self.output == "documents":
-            yield from ds._document_batches(ks.ravel(), batch_size=b, max_documents=self.max_documents, out=out)
+            yield from ds._document_batches(
+                ks.ravel(),
+                batch_size=b,
+                chunk=per_chunk,
+                max_documents=self.max_documents,
+                buffers=None if pool is None else pool.get,
+            )
+            return
+        out = None if pool is None else pool.get((ks.size, ds.max_length))
+        inputs, targets = ds._gather(ks.ravel(), out)  # (K*B, T), (K*B, T)
+        if len(ks) == 1:
+            yield inputs, targets
         else:
-            inputs, targets = ds._gather(ks.ravel(), out)  # (K*B, T), (K*B, T)
-            if len(ks) == 1:
-                yield inputs, targets
-            else:
-                yield from zip(inputs.split(b), targets.split(b))  # (B,T), (B,T) each
+            yield from zip(inputs.split(b), targets.split(b))  # (B,T), (B,T) each
 
 
 class WindowLoader:
@@ -334,6 +352,7 @@ class WindowLoader:
         self._done = 0  # batches of the current epoch handed out by the live iterator
         self._resume_at = 0  # where the next iterator starts (set by load_state_dict)
         self._iter_id = 0
+        self.resume_notes: list[str] = []  # what a phased mixture's schedule changed at the last load_state_dict
 
     def __len__(self) -> int:
         """Batches per epoch on this rank."""
@@ -351,10 +370,12 @@ class WindowLoader:
             self._iter_id += 1  # an iterator of the previous epoch no longer updates the state
 
     def _epoch_arith(self) -> _Epoch:
-        kw = dict(shuffle=self.shuffle, seed=self.seed, epoch=self._epoch, group=self.config.shuffle_group)
+        shuffle, seed, epoch, group = self.shuffle, self.seed, self._epoch, self.config.shuffle_group
         if isinstance(self.dataset, MixtureWindows):
-            return _MixtureEpoch(self.dataset, self.plan, self.rank, **kw)
-        return _Epoch(len(self.dataset), self.plan, self.rank, **kw)
+            return _MixtureEpoch(
+                self.dataset, self.plan, self.rank, shuffle=shuffle, seed=seed, epoch=epoch, group=group
+            )
+        return _Epoch(len(self.dataset), self.plan, self.rank, shuffle=shuffle, seed=seed, epoch=epoch, group=group)
 
     def __iter__(self) -> Iterator[Any]:
         self.dataset.check_unchanged()  # each epoch: the folder it opened, not one prepared again since
@@ -369,7 +390,7 @@ class WindowLoader:
         if self.num_workers == 0:
             source: Any = iter(stream)
         else:
-            kw = {} if cfg.prefetch_factor is None else {"prefetch_factor": cfg.prefetch_factor}
+            kw: dict[str, Any] = {} if cfg.prefetch_factor is None else {"prefetch_factor": cfg.prefetch_factor}
             source = iter(
                 torch.utils.data.DataLoader(
                     stream,
@@ -408,7 +429,7 @@ class WindowLoader:
             "drop_last": self.drop_last,
             "shuffle_group": self.config.shuffle_group,
             "world_size": self.world_size,
-            **(self.dataset.mixture.state_entries() if isinstance(ds, MixtureWindows) else {}),
+            **(ds.state_entries() if isinstance(ds, MixtureWindows) else {}),
             "global_batch_size": self.global_batch_size,
         }
 
@@ -445,7 +466,9 @@ class WindowLoader:
         mine, theirs = self._config(), dict(state.get("config", {}))
         if "global_batch_size" not in theirs and {"batch_size", "world_size"} <= theirs.keys():  # older states
             theirs["global_batch_size"] = theirs["batch_size"] * theirs["world_size"]
-        diff = [k for k in mine if theirs.get(k) != mine[k]]
+        # A phased mixture checks its data and schedule itself (after the rest): see _check_schedule.
+        handled = self.dataset.resume_keys(theirs) if isinstance(self.dataset, MixtureWindows) else ()
+        diff = [k for k in mine if k not in handled and theirs.get(k) != mine[k]]
         if theirs.get("global_batch_size") == mine["global_batch_size"]:
             diff = [k for k in diff if k not in ("batch_size", "world_size")]  # elastic: the same global order
         if diff:
@@ -459,8 +482,19 @@ class WindowLoader:
             raise ValueError(
                 f"the state's position (epoch={epoch!r}, batches_done={done!r}) is not within an epoch of {self.plan.batches} batches"
             )
+        self.resume_notes = self._check_schedule(theirs, epoch, done) if handled else []
         self._epoch, self._done, self._resume_at = epoch, done, done
         self._iter_id += 1
+
+    def _check_schedule(self, saved: dict[str, Any], epoch: int, done: int) -> list[str]:
+        """A phased mixture's state: its started phases must be the same; what changed after them is returned
+        (and logged). The position is the saved one: its epoch of ``windows // G`` steps, and its steps done."""
+        g, ds = self.global_batch_size, self.dataset
+        slot = (epoch * (int(saved.get("windows") or 0) // g) + done) * g
+        notes = ds.resume_check(saved, slot=slot) if isinstance(ds, MixtureWindows) else []
+        for note in notes:
+            _log.info("resuming at step %d: %s", slot // g, note)
+        return notes
 
     def as_dataloader(self) -> WindowDataLoader:
         """This loader as a ``torch.utils.data.DataLoader`` (for trainers that check ``isinstance``: Fabric,
@@ -542,7 +576,7 @@ def _refuse_remote_options(remote: dict[str, Any]) -> None:
 
 
 def create_dataloader(
-    source,
+    source: WindowSource | SlidingWindowDataset,
     *,
     batch_size: int | None = None,
     max_length: int | None = None,
@@ -633,13 +667,25 @@ def create_dataloader(
         max_documents=max_documents,
     )
     resolve_rank(rank, world_size)
-    options = dict(max_length=max_length, stride=stride, within_documents=within_documents, split=split, verify=verify)
+    options: dict[str, Any] = dict(
+        max_length=max_length, stride=stride, within_documents=within_documents, split=split, verify=verify
+    )
     remote = {"storage_options": storage_options, "cache_dir": cache_dir, "cache_bytes": cache_bytes}
     dataset = _dataset(source, packing=packing, remote=remote, **options)
     return WindowLoader(dataset, config, rank=rank, world_size=world_size)
 
 
-def _dataset(source, *, max_length, stride, within_documents, split, verify, packing, remote) -> SlidingWindowDataset:
+def _dataset(
+    source: WindowSource | SlidingWindowDataset,
+    *,
+    max_length: int | None,
+    stride: int | None,
+    within_documents: bool,
+    split: str | None,
+    verify: bool,
+    packing: str | None,
+    remote: dict[str, Any],
+) -> SlidingWindowDataset:
     """The windows `create_dataloader` reads: ``source`` itself when it is a dataset, else built from it (``remote``:
     storage_options, cache_dir, cache_bytes, for a URL)."""
     if isinstance(source, SlidingWindowDataset):
@@ -657,7 +703,9 @@ def _dataset(source, *, max_length, stride, within_documents, split, verify, pac
         return source
     if max_length is None:
         raise TypeError("create_dataloader() needs max_length (tokens per window), e.g. max_length=256")
-    options = dict(max_length=max_length, stride=stride, within_documents=within_documents, split=split, verify=verify)
+    options: dict[str, Any] = dict(
+        max_length=max_length, stride=stride, within_documents=within_documents, split=split, verify=verify
+    )
     variant = getattr(source, "window_dataset_class", None)
     if variant is not None:  # a Mixture carries its own remote options
         _refuse_remote_options(remote)

@@ -1,28 +1,31 @@
-"""The windows of a `Mixture`: slot ``k`` of the global order -> one window of one source.
+"""The windows of a `Mixture` or a `PhasedMixture`: slot ``k`` of the global order -> one window of one source.
 
 ``SlidingWindowDataset(mixture, max_length=...)`` builds this: one `SlidingWindowDataset` per source
-(same window options), and the mixture's quota schedule on top (see `tokembed.data.mixture`). Slot
+(same window options), and the mixture's slot schedule on top (`Mixture.slot_schedule`: a
+`tokembed.data.schedule.QuotaSchedule`, or a phased mixture's `PhaseSchedule`). Slot
 ``k`` is draw ``j`` of source ``s``; the draw is position ``j mod n_s`` of the source's epoch
 ``j div n_s``, whose order is a `FeistelPermutation` keyed by (mixture seed, order seed, source, epoch).
-Nothing is stored per window or per slot.
+Nothing is stored per window or per slot. `codes` gives any slots' windows by arithmetic: it is also the
+future order a cache may read ahead of the loader.
 
-``len()`` is the sum of the sources' windows: a nominal epoch (the global order itself never ends).
+``len()`` is a nominal epoch, the sum of the sources' windows (of a phased mixture: its first phase's
+sources'); the global order itself never ends.
 A loader reads slots ``0, 1, 2, ...`` in order, epoch ``e`` being its next ``len() // global_batch``
 steps; the order seed and ``shuffle`` are the loader's (``dataset[k]`` uses seed 0, shuffled).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 import torch
 
-from tokembed.data.batch import DocumentBatch, document_batches
+from tokembed.data.batch import DocumentBatch, DocumentLayout
 from tokembed.data.packed import PackedWindows
+from tokembed.data.schedule import RESUME_KEYS, check_resume, first_slot, sources_fingerprint
 from tokembed.data.shuffle import FeistelFamily, FeistelPermutation, GroupedPermutation
 from tokembed.data.windows import SlidingWindowDataset
 
@@ -35,7 +38,7 @@ class MixtureWindows(SlidingWindowDataset):
     """Sliding windows over a `Mixture` of shard folders, in its global order.
 
     Args:
-        mixture: the `tokembed.Mixture`: sources and weights.
+        mixture: the `tokembed.Mixture` or `tokembed.PhasedMixture`: sources and weights.
         max_length, stride, within_documents, split, verify: as for `SlidingWindowDataset`, for every source.
         packing: pack each source's whole documents into windows (a `tokembed.data.packing.PACKERS` name,
             see `PackedWindows`); the schedule then draws packed windows. None: sliding windows.
@@ -43,7 +46,11 @@ class MixtureWindows(SlidingWindowDataset):
     Attributes:
         mixture: the `Mixture`.
         sources: one `SlidingWindowDataset` per source.
-        n_windows: the sum of the sources' windows (``len()``).
+        n_windows: the nominal epoch (``len()``): the sum of the sources' windows (a phased mixture's: its
+            first phase's sources').
+        schedule: slot -> (source, draw), for windows of ``max_length`` tokens.
+        phases: the mixture's `tokembed.data.phases.Phase` s (one for a `Mixture`); first_slots: the slot
+            each starts at (``ceil(start / max_length)``).
     """
 
     def __init__(
@@ -74,7 +81,11 @@ class MixtureWindows(SlidingWindowDataset):
         self.max_length, self.stride, self.within_documents = first.max_length, first.stride, first.within_documents
         self.source_kind = "mixture"
         self.n_tokens = sum(s.n_tokens for s in self.sources)
-        self.n_windows = sum(len(s) for s in self.sources)
+        # The nominal epoch (len()): a Mixture's sources, a PhasedMixture's first phase's (later phases never move it).
+        self.n_windows = sum(len(self.sources[i]) for i in mixture.epoch_sources)
+        self.schedule = mixture.slot_schedule(max_length=self.max_length)  # slot -> (source, draw)
+        self.phases = mixture.phases  # one for a Mixture
+        self.first_slots = tuple(first_slot(ph.start, self.max_length) for ph in self.phases)  # where each phase starts
         self.eot_token = first.eot_token
         self._sizes = np.array([len(s) for s in self.sources], dtype=np.int64)  # (S,)
         self._offsets = np.cumsum([0] + [s.n_tokens for s in self.sources], dtype=np.int64)  # (S+1,)
@@ -124,19 +135,20 @@ class MixtureWindows(SlidingWindowDataset):
         With ``group`` (the loaders' ``shuffle_group``), each source's epoch visits groups of ``group`` windows in
         a random order (`GroupedPermutation`) instead of all its windows at once."""
         slots = np.asarray(slots, dtype=np.int64)
-        source, draw = self.mixture.schedule.draws(slots.ravel())  # (K,), (K,)
+        source, draw = self.schedule.draws(slots.ravel())  # (K,), (K,)
         epoch, pos = np.divmod(draw, self._sizes[source])
         if not shuffle:
             return (pos * len(self._sizes) + source).reshape(slots.shape)
         if group is not None:
             return (self._grouped(source, epoch, pos, seed, group) * len(self._sizes) + source).reshape(slots.shape)
-        perms, group = [], np.empty_like(pos)  # one permutation per (source, epoch) in the block
+        perms: list[FeistelPermutation] = []  # one permutation per (source, epoch) in the block
+        which = np.empty_like(pos)  # the permutation of each position
         for s in np.flatnonzero(np.bincount(source, minlength=len(self._sizes))).tolist():
             sel = np.flatnonzero(source == s)
             first, last = int(epoch[sel].min()), int(epoch[sel].max())  # one or two epochs in a loader's block
-            group[sel] = len(perms) + epoch[sel] - first
+            which[sel] = len(perms) + epoch[sel] - first
             perms += [self._perm(s, e, seed) for e in range(first, last + 1)]
-        window = FeistelFamily(perms)(pos, group)
+        window = FeistelFamily(perms)(pos, which)
         return (window * len(self._sizes) + source).reshape(slots.shape)
 
     def _grouped(self, source: np.ndarray, epoch: np.ndarray, pos: np.ndarray, seed: int, group: int) -> np.ndarray:
@@ -195,7 +207,7 @@ class MixtureWindows(SlidingWindowDataset):
         """The tokens of a window that crosses a shard boundary of its source (a new array)."""
         s = int(np.searchsorted(self._offsets, start, side="right")) - 1
         local = start - int(self._offsets[s])
-        return self.sources[s]._shards.read(local, local + self.max_length + 1)
+        return self.sources[s]._read(local, local + self.max_length + 1)
 
     def _window_starts(self, codes: np.ndarray) -> np.ndarray:
         """Where coded windows start in the sources' streams end to end: (B,) int64."""
@@ -250,27 +262,30 @@ class MixtureWindows(SlidingWindowDataset):
         codes: np.ndarray,
         *,
         batch_size: int,
+        chunk: int = 1,
         max_documents: int | None = None,
-        out: tuple[np.ndarray, np.ndarray] | None = None,
-    ) -> list[DocumentBatch]:
+        buffers: Callable[[tuple[int, int]], tuple[np.ndarray, np.ndarray]] | None = None,
+    ) -> Iterator[DocumentBatch]:
         if self.packing is None:
-            return super()._document_batches(codes, batch_size=batch_size, max_documents=max_documents, out=out)
-        shape = (len(codes), self.max_length)
-        x, y = out if out is not None else (np.empty(shape, np.int64), np.empty(shape, np.int64))
-        segs: list[tuple[np.ndarray, np.ndarray]] = []
+            yield from super()._document_batches(
+                codes, batch_size=batch_size, chunk=chunk, max_documents=max_documents, buffers=buffers
+            )
+            return
+        t = self.max_length
+        x, y = np.empty((len(codes), t), np.int64), np.empty((len(codes), t), np.int64)
+        segs: list[np.ndarray] = []
 
         def part(rows, ds, windows):
-            xs, ys, seg_row, seg_start = ds._packed_segments(windows)
+            xs, ys, (flat, row, _) = ds._packed_segments(windows)
             x[rows], y[rows] = xs.numpy(), ys.numpy()
-            segs.append((rows[seg_row], seg_start))
+            segs.append(flat + (rows[row] - row) * t)  # each source's rows moved to theirs in the batch
 
         self._by_source(codes, part)
-        seg_row, seg_start = (np.concatenate(a) for a in zip(*segs))
-        order = np.argsort(seg_row * self.max_length + seg_start, kind="stable")
-        x_t, y_t = torch.from_numpy(x), torch.from_numpy(y)
-        return document_batches(
-            x_t, y_t, seg_row[order], seg_start[order], batch_size=batch_size, max_documents=max_documents
-        )
+        flat = np.sort(np.concatenate(segs))
+        row = flat // t
+        segments = (flat, row, np.bincount(row, minlength=len(codes)))
+        layout = DocumentLayout(segments, length=t, batch_size=batch_size, max_documents=max_documents)
+        yield from layout.batches(torch.from_numpy(x), torch.from_numpy(y), 0)
 
     def _gather_rows(self, codes: np.ndarray) -> torch.Tensor:
         if self.packing is not None:
@@ -313,7 +328,28 @@ class MixtureWindows(SlidingWindowDataset):
     def fingerprint(self) -> str:
         """A hash of the sources' data fingerprints (not of their paths, nor of the weights or seed)."""
         if self._fingerprint is None:
-            h = hashlib.blake2b(digest_size=12)
-            h.update(json.dumps([s.fingerprint() for s in self.sources]).encode())
-            self._fingerprint = h.hexdigest()
+            self._fingerprint = sources_fingerprint([s.fingerprint() for s in self.sources])
         return self._fingerprint
+
+    def state_entries(self) -> dict:
+        """What a loader's state records of the mixture beside the data (`Mixture.state_entries`)."""
+        return self.mixture.state_entries(self.source_records())
+
+    def source_records(self) -> list[dict]:
+        """Each source's path, data fingerprint and windows (what a phased mixture's resume compares)."""
+        return [
+            {"path": str(p), "data": s.fingerprint(), "windows": len(s)}
+            for p, s in zip(self.mixture.paths, self.sources)
+        ]
+
+    def resume_keys(self, saved: dict) -> tuple[str, ...]:
+        """The keys of a saved loader config that `resume_check` compares (the loader compares the rest one by
+        one): the data and the schedule when either side has phases (a `PhasedMixture`), else none."""
+        phased = "phases" in saved or "phases" in self.mixture.state_entries()
+        return RESUME_KEYS if phased else ()
+
+    def resume_check(self, saved: dict, *, slot: int) -> list[str]:
+        """A loader state saved at global slot ``slot``: raise if a phase that had started, or the data it read,
+        differs here; else what changed in the schedule after it, for the log
+        (`tokembed.data.schedule.check_resume`)."""
+        return check_resume(saved, self.phases, self.source_records(), slot=slot, max_length=self.max_length)

@@ -8,17 +8,28 @@ tokens of the same document; a document's last token and the padding predict not
 
 from __future__ import annotations
 
+import functools
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import cast
 
 import numpy as np
 import torch
 
-from tokembed.data.batch import IGNORE_INDEX, DocumentBatch, document_batches
-from tokembed.data.packing import PackingPlan, check_packer, plan_packing
-from tokembed.data.windows import SlidingWindowDataset
+from tokembed.data.batch import IGNORE_INDEX, DocumentBatch, DocumentLayout
+from tokembed.data.packing import PackingPlan, cached_plan, check_packer, plan_packing
+from tokembed.data.windows import SlidingWindowDataset, WindowSource
 from tokembed.shards.reader import ShardSet
 
 __all__ = ["PackedWindows"]
+
+
+@functools.lru_cache(maxsize=4)
+def _arange(n: int) -> np.ndarray:
+    a = np.arange(n, dtype=np.int64)
+    a.flags.writeable = False
+    return a
 
 
 class PackedWindows(SlidingWindowDataset):
@@ -41,7 +52,7 @@ class PackedWindows(SlidingWindowDataset):
 
     def __init__(
         self,
-        source=None,
+        source: WindowSource | None = None,
         *,
         max_length: int,
         packing: str = "best-fit",
@@ -58,9 +69,19 @@ class PackedWindows(SlidingWindowDataset):
         super().__init__(source, max_length=max_length, **options)
 
     def _plan_windows(self) -> None:
-        self.plan: PackingPlan = plan_packing(
-            self.document_starts(), self.n_tokens, max_length=self.max_length, packer=self.packing
-        )
+        if self._shards is not None:  # a folder's plan is cached, known by its tokens' and indexes' sha256
+            index = [(s.n_documents, getattr(s, "index_sha256", None)) for s in self._shards.shards]
+            self.plan: PackingPlan = cached_plan(
+                json.dumps([self.fingerprint(), index]),
+                self.document_starts,
+                self.n_tokens,
+                max_length=self.max_length,
+                packer=self.packing,
+            )
+        else:
+            self.plan = plan_packing(
+                self.document_starts(), self.n_tokens, max_length=self.max_length, packer=self.packing
+            )
         self.n_windows = self.plan.n_windows
         self.dropped_tokens = 0
         self.n_documents = self.plan.n_documents
@@ -78,73 +99,98 @@ class PackedWindows(SlidingWindowDataset):
         return self.plan.piece_start[self.plan.window_first[k]]
 
     # -- gathering -----------------------------------------------------------------------------------
+    #
+    # A call lays out many windows at once (`_select`: arrays of one entry per piece or segment, no
+    # tokens), then fills their tokens a few batches at a time (`_fill`: one index per slot, two takes).
+    # Nothing loops over pieces or windows in Python.
 
-    def _pieces_of(self, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The pieces of windows ``k`` (B,), in batch order: ``(piece index, row)``, (P,) each."""
-        first, stop = self.plan.window_first[k], self.plan.window_first[k + 1]
-        count = stop - first  # (B,)
-        row = np.repeat(np.arange(len(k)), count)  # (P,)
-        piece = np.repeat(first - (np.cumsum(count) - count), count) + np.arange(len(row))  # (P,)
-        return piece, row
+    def _select(self, k: np.ndarray) -> _Selection:
+        """The layout of windows ``k`` (R,) as rows of one flattened (R*T,) batch (see `_Selection`)."""
+        p, t, r = self.plan, self.max_length, len(k)
+        first = p.window_first[k]
+        count = p.window_first[k + 1] - first  # (R,) pieces per window, >= 1
+        head = np.zeros(r + 1, dtype=np.int64)
+        count.cumsum(out=head[1:])  # (R+1,) each row's first piece, then P
+        piece = (first - head[:-1]).repeat(count) + np.arange(head[-1])  # (P,)
+        length = p.piece_len[piece].astype(np.int64)  # (P,)
+        end = length.cumsum()  # (P,) where each piece ends, counting the pieces' tokens only
+        row_fill = end[head[1:] - 1] - (end - length)[head[:-1]]  # (R,) filled slots per row
+        dst = end - length + (np.arange(r) * t - (end - length)[head[:-1]]).repeat(count)  # (P,) first slot
+        pad = np.flatnonzero(row_fill < t)  # (R',) rows with padding: one more segment each
+        flat = np.concatenate([dst, pad * t + row_fill[pad]])
+        order = flat.argsort(kind="stable")  # (S,) pieces and padding in slot order
+        counts = count + (row_fill < t)  # (R,) segments per row
+        return _Selection(
+            flat=flat[order],
+            src=np.concatenate([p.piece_start[piece], np.full(len(pad), -1, dtype=np.int64)])[order],
+            length=np.concatenate([length, t - row_fill[pad]])[order],
+            more=np.concatenate([~p.piece_last[piece], np.zeros(len(pad), dtype=bool)])[order],
+            counts=counts,
+            seg_head=np.concatenate([[0], counts.cumsum()]),
+        )
+
+    def _fill(self, sel: _Selection, r0: int, r1: int, x: np.ndarray, y: np.ndarray) -> None:
+        """Inputs and targets of rows ``[r0, r1)`` of ``sel`` into ``x``, ``y`` ((r1-r0)*T,) int64.
+
+        The pieces' tokens (and the token after each piece whose document goes on) come from the shard
+        they lie in, or are first read together when they lie in several (`_read_spans`); then every slot
+        is one take from them for its input and one for its target. Padding is ``pad_token`` with target
+        -100, as is a document's last target.
+        """
+        t = self.max_length
+        s0, s1 = int(sel.seg_head[r0]), int(sel.seg_head[r1])
+        flat, src, length, more = (a[s0:s1] for a in (sel.flat, sel.src, sel.length, sel.more))
+        flat = flat - r0 * t  # (S',) segment starts in these rows
+        piece = src >= 0
+        tokens, first = self._read_spans(src[piece], length[piece] + more[piece])
+        at = np.zeros(len(flat), dtype=np.int64)
+        at[piece] = first  # (S',) where each segment's tokens begin in ``tokens`` (padding: anywhere)
+        idx = (at - flat).repeat(length)  # (n*T,) each slot's token in ``tokens`` ...
+        np.add(idx, _arange(len(x)), out=idx)  # ... its segment's first token plus its place in the segment
+        x[:] = tokens.take(idx, mode="clip")  # padding reads anything (clipped): overwritten below
+        # A target is the next slot's input, but at the end of a piece: the document's next token, or nothing.
+        y[:-1] = x[1:]
+        end = flat + length - 1
+        y[end[piece & more]] = tokens[(at + length)[piece & more]]
+        y[end[piece & ~more]] = IGNORE_INDEX
+        gaps = ~piece
+        if gaps.any():  # padding: pad_token, predicting nothing
+            n = length[gaps]
+            slots = (flat[gaps] - (n.cumsum() - n)).repeat(n) + _arange(int(n.sum()))
+            x[slots] = self.pad_token
+            y[slots] = IGNORE_INDEX
 
     def _read_spans(self, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Tokens ``[start, start + length)`` of every span: ``(tokens, first)``, where span ``i`` is
-        ``tokens[first[i] : first[i] + lengths[i]]`` (in the source's dtype; spans grouped by shard).
+        """Tokens ``[start, start + length)`` of every span (each at most ``max_length + 1`` long):
+        ``(tokens, first)``, where span ``i`` is ``tokens[first[i] : first[i] + lengths[i]]`` (source dtype).
 
-        One fancy index per shard the spans touch; a span that goes on into the next shard (a document
-        that does) is read on its own.
+        When every span lies in one shard, ``tokens`` is that shard (no copy). Else each span is read as a
+        row of ``max_length + 1`` tokens through the shards' row views (as sliding windows are: one fancy
+        row index per shard); a span too near its shard's end for a row (a document that goes on into the
+        next shard, or the shard's last tokens) is read on its own.
         """
-        views = self._views()
+        views, w = self._views(), self.max_length + 1
         seg = np.searchsorted(self._cum, starts, side="right") - 1  # (P,) the shard of each span's start
         local = starts - self._cum[seg]
-        seg = np.where(local + lengths <= self._seg_len[seg], seg, -1)  # -1: crosses into the next shard
-        order = np.argsort(seg, kind="stable")  # spans grouped by shard; the crossing ones first
-        length = lengths[order]
-        first = np.empty_like(lengths)
-        first[order] = np.cumsum(length) - length
-        cuts = np.flatnonzero(np.diff(seg[order])) + 1
-        parts = []
-        for group in np.split(order, cuts):
-            i = int(seg[group[0]])
-            if i < 0:
-                shards = cast(ShardSet, self._shards)  # several segments: a shard folder
-                parts += [shards.read(int(starts[j]), int(starts[j] + lengths[j])) for j in group.tolist()]
-                continue
-            n = lengths[group]
-            at = np.repeat(local[group] - (np.cumsum(n) - n), n) + np.arange(int(n.sum()))
-            parts.append(self._flat(i, views)[at])
-        return (np.concatenate(parts) if len(parts) > 1 else parts[0]), first
+        if len(seg) and (seg == seg[0]).all() and (local + lengths <= self._seg_len[seg[0]]).all():
+            return self._flat(int(seg[0]), views), local
+        rows = np.empty((len(starts), w), dtype=self.dtype)
+        room = local + w <= self._seg_len[seg]  # (P,) a whole row fits in the shard
+        for i in np.unique(seg[room]).tolist():
+            sel = np.flatnonzero(room & (seg == i))
+            rows[sel] = self._view(i, views)[local[sel]]
+        for j in np.flatnonzero(~room).tolist():  # near a shard's end
+            a = int(starts[j])
+            rows[j, : lengths[j]] = cast(ShardSet, self._shards).read(a, a + int(lengths[j]))
+        return rows.reshape(-1), np.arange(len(starts), dtype=np.int64) * w
 
     def _gather(
         self, k: np.ndarray, out: tuple[np.ndarray, np.ndarray] | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        inputs, targets, _, _ = self._gather_packed(k, out)
-        return inputs, targets
-
-    def _gather_packed(
-        self, k: np.ndarray, out: tuple[np.ndarray, np.ndarray] | None
-    ) -> tuple[torch.Tensor, torch.Tensor, np.ndarray, np.ndarray]:
-        """Inputs and targets (B, T) of windows ``k``, each row's fill (B,), and its pieces (P,).
-
-        The pieces' tokens are read together (with the token after each piece whose document goes on);
-        then each piece is two slice copies into its row: its tokens, and the same shifted by one as its
-        targets. What is left is padding (``pad_token``, target -100), as is a document's last target.
-        """
-        p, t = self.plan, self.max_length
-        piece, row = self._pieces_of(k)
-        length = p.piece_len[piece].astype(np.int64)  # (P,)
-        more = ~p.piece_last[piece]  # (P,) the document goes on after the piece: read its next token too
-        tokens, first = self._read_spans(p.piece_start[piece], length + more)  # where each piece begins in tokens
-        fill = np.bincount(row, weights=length, minlength=len(k)).astype(np.int64)  # (B,) filled slots per row
-        x, y = out if out is not None else (np.empty((len(k), t), np.int64), np.empty((len(k), t), np.int64))
-        x.fill(self.pad_token)
-        y.fill(IGNORE_INDEX)
-        xf, yf = x.reshape(-1), y.reshape(-1)  # (B*T,) views
-        dst = row * t + (np.cumsum(length) - length - (np.cumsum(fill) - fill)[row])  # (P,) each piece's first slot
-        for d, a, n, m in zip(dst.tolist(), first.tolist(), length.tolist(), more.tolist()):
-            xf[d : d + n] = tokens[a : a + n]
-            yf[d : d + n - 1 + m] = tokens[a + 1 : a + n + m]  # a document's last token keeps -100
-        return torch.from_numpy(x), torch.from_numpy(y), fill, piece
+        shape = (len(k), self.max_length)
+        x, y = out if out is not None else (np.empty(shape, np.int64), np.empty(shape, np.int64))
+        self._fill(self._select(k), 0, len(k), x.reshape(-1), y.reshape(-1))
+        return torch.from_numpy(x), torch.from_numpy(y)
 
     def _gather_rows(self, k: np.ndarray) -> torch.Tensor:
         raise ValueError(
@@ -152,29 +198,54 @@ class PackedWindows(SlidingWindowDataset):
             "use output='pairs' or output='documents' with packing"
         )
 
-    def _packed_segments(
-        self, k: np.ndarray, out: tuple[np.ndarray, np.ndarray] | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor, np.ndarray, np.ndarray]:
-        """Inputs, targets (B, T) of windows ``k`` and their segments ``(seg_row, seg_start)`` (S,): one per
-        piece, and the padding of a row that has some as one more (see `tokembed.data.batch`)."""
-        inputs, targets, fill, piece = self._gather_packed(k, out)
-        t = self.max_length
-        length = self.plan.piece_len[piece].astype(np.int64)
-        row = np.repeat(np.arange(len(k)), np.diff(self.plan.window_first)[k])  # (P,)
-        offset = np.cumsum(length) - length - (np.cumsum(fill) - fill)[row]  # (P,) each piece's first slot
-        padded = np.flatnonzero(fill < t)  # rows with padding
-        seg_row = np.concatenate([row, padded])
-        seg_start = np.concatenate([offset, fill[padded]])
-        order = np.argsort(seg_row * t + seg_start, kind="stable")
-        return inputs, targets, seg_row[order], seg_start[order]
+    def _packed_segments(self, k: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, tuple[np.ndarray, ...]]:
+        """Inputs, targets (R, T) of windows ``k`` and their segments ``(flat, row, counts)`` (see
+        `tokembed.data.batch.DocumentLayout`): one per piece, and a row's padding as one more."""
+        sel = self._select(k)
+        inputs, targets = self._gather(k)
+        return inputs, targets, sel.segments(self.max_length)
 
     def _document_batches(
         self,
         k: np.ndarray,
         *,
         batch_size: int,
+        chunk: int = 1,
         max_documents: int | None = None,
-        out: tuple[np.ndarray, np.ndarray] | None = None,
-    ) -> list[DocumentBatch]:
-        inputs, targets, seg_row, seg_start = self._packed_segments(k, out)
-        return document_batches(inputs, targets, seg_row, seg_start, batch_size=batch_size, max_documents=max_documents)
+        buffers: Callable[[tuple[int, int]], tuple[np.ndarray, np.ndarray]] | None = None,
+    ) -> Iterator[DocumentBatch]:
+        t, step = self.max_length, chunk * batch_size
+        sel = self._select(k)
+        layout = DocumentLayout(sel.segments(t), length=t, batch_size=batch_size, max_documents=max_documents)
+        for r0 in range(0, len(k), step):
+            r1 = min(r0 + step, len(k))
+            shape = (r1 - r0, t)
+            x, y = buffers(shape) if buffers is not None else (np.empty(shape, np.int64), np.empty(shape, np.int64))
+            self._fill(sel, r0, r1, x.reshape(-1), y.reshape(-1))
+            yield from layout.batches(torch.from_numpy(x), torch.from_numpy(y), r0 // batch_size)
+
+
+@dataclass(frozen=True)
+class _Selection:
+    """Windows laid out as the rows of one flattened (R*T,) batch, as segments: every piece, and each
+    row's padding (if any) as one more, in slot order.
+
+    Attributes:
+        flat: (S,) int64 each segment's first slot.
+        src: (S,) int64 where a piece starts in the stream; -1 for padding.
+        length: (S,) int64 slots of each segment.
+        more: (S,) bool, True where the piece's document goes on after it.
+        counts: (R,) segments per row.
+        seg_head: (R+1,) each row's first segment, then S.
+    """
+
+    flat: np.ndarray
+    src: np.ndarray
+    length: np.ndarray
+    more: np.ndarray
+    counts: np.ndarray
+    seg_head: np.ndarray
+
+    def segments(self, t: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(flat, row, counts)``, as `tokembed.data.batch.DocumentLayout` takes them."""
+        return self.flat, self.flat // t, self.counts

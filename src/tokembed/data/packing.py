@@ -19,20 +19,42 @@ order, each into the first window it fits) is kept as the baseline that `stats` 
 with. Both are deterministic: ties go to the earlier document. The plan holds four numbers per piece
 and one per window (O(documents) memory, never O(tokens)); windows are numbered in the order of their
 first token, so an unshuffled epoch reads the corpus roughly front to back.
+
+Plans of shard folders are cached (`cached_plan`): one ``.npz`` per (data fingerprint, ``max_length``,
+packer) under ``$TOKEMBED_CACHE_DIR/packing`` (else ``$XDG_CACHE_HOME/tokembed``, else
+``~/.cache/tokembed``), written atomically; a folder prepared again has another fingerprint, hence another
+file. A cache that cannot be read is planned again; one that cannot be written is skipped with a warning.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import warnings
+import zipfile
 from bisect import bisect_left, insort
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from tokembed._atomic import atomic_open
 from tokembed._checks import check_positive_int
 
-__all__ = ["PACKERS", "PackingPlan", "best_fit_decreasing", "first_fit", "plan_packing"]
+__all__ = [
+    "PACKERS",
+    "PackingPlan",
+    "best_fit_decreasing",
+    "cached_plan",
+    "default_cache_dir",
+    "first_fit",
+    "plan_packing",
+]
+
+PLAN_FORMAT = "tokembed-packing-plan-1"  # in every cached plan's key: a new layout never reads an old file
 
 
 def best_fit_decreasing(lengths: np.ndarray, capacity: int) -> np.ndarray:
@@ -220,4 +242,76 @@ def plan_packing(doc_starts, n_tokens: int, *, max_length: int, packer: str = "b
         piece_len=length[order],
         piece_last=last[order],
         window_first=np.concatenate([[0], np.cumsum(counts)]).astype(np.int64),
+    )
+
+
+_ARRAYS = ("piece_start", "piece_len", "piece_last", "window_first")
+
+
+def default_cache_dir() -> Path:
+    """``$TOKEMBED_CACHE_DIR``, else ``$XDG_CACHE_HOME/tokembed``, else ``~/.cache/tokembed``."""
+    if os.environ.get("TOKEMBED_CACHE_DIR"):
+        return Path(os.environ["TOKEMBED_CACHE_DIR"])
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "tokembed"
+
+
+def cached_plan(
+    fingerprint: str,
+    doc_starts: Callable[[], np.ndarray],
+    n_tokens: int,
+    *,
+    max_length: int,
+    packer: str = "best-fit",
+    cache_dir: str | os.PathLike | None = None,
+) -> PackingPlan:
+    """`plan_packing`, read from the cache when this data was planned with these options before.
+
+    Args:
+        fingerprint: identifies the token data and its documents (`SlidingWindowDataset.fingerprint`).
+        doc_starts: returns the document starts (called only when the plan is not cached).
+        n_tokens, max_length, packer: as for `plan_packing`.
+        cache_dir: the cache's root (default `default_cache_dir`); plans go to its ``packing/`` folder.
+
+    Returns:
+        The `PackingPlan`, equal to ``plan_packing(doc_starts(), n_tokens, ...)``.
+    """
+    t, packer = check_positive_int("max_length", max_length), check_packer(packer)
+    key = json.dumps([PLAN_FORMAT, fingerprint, int(n_tokens), t, packer])
+    name = hashlib.blake2b(key.encode(), digest_size=16).hexdigest()
+    path = Path(default_cache_dir() if cache_dir is None else cache_dir) / "packing" / f"{name}.npz"
+    plan = _read_plan(path, key)
+    if plan is not None:
+        return plan
+    plan = plan_packing(doc_starts(), n_tokens, max_length=t, packer=packer)
+    try:
+        with atomic_open(path, "wb") as f:
+            arrays: dict[str, Any] = {a: getattr(plan, a) for a in _ARRAYS}
+            numbers = np.array([plan.n_documents, plan.cut_documents], dtype=np.int64)
+            np.savez(f, key=np.array(key), numbers=numbers, **arrays)
+    except OSError as e:
+        warnings.warn(f"the packing plan was not cached ({e}); it is planned again next time", stacklevel=2)
+    return plan
+
+
+def _read_plan(path: Path, key: str) -> PackingPlan | None:
+    """The plan cached at ``path`` under ``key``, or None (absent, unreadable, or another key)."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            if str(z["key"]) != key:
+                return None
+            arrays = {a: z[a] for a in _ARRAYS}
+            n_documents, cut_documents = (int(v) for v in z["numbers"])
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
+        return None
+    _, _, n_tokens, t, packer = json.loads(key)
+    if int(arrays["piece_len"].sum()) != n_tokens or arrays["window_first"][-1] != len(arrays["piece_len"]):
+        return None  # damaged: planned again
+    return PackingPlan(
+        max_length=t,
+        packer=packer,
+        n_tokens=n_tokens,
+        n_documents=n_documents,
+        cut_documents=cut_documents,
+        **arrays,
     )

@@ -12,28 +12,42 @@ import hashlib
 import json
 import numbers
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeAlias, TypeGuard, cast
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset
 
 from tokembed._checks import check_bool, check_positive_int
-from tokembed.data.batch import DocumentBatch, document_batches, window_segments
+from tokembed.data.batch import DocumentBatch, DocumentLayout, window_segments
 from tokembed.data.plan import window_count
 from tokembed.shards import format as shard_format
 from tokembed.shards import reader as shard_reader
 from tokembed.shards.megatron import is_megatron_prefix
 from tokembed.storage.urls import is_url
-from tokembed.tokenizer import ENDOFTEXT, get_tokenizer
+from tokembed.tokenizer import ENDOFTEXT, TokenizerLike, get_tokenizer
 from tokembed.tokenizer.gpt2 import GPT2_EOT
+
+
+class NamesItsWindows(Protocol):
+    """A source that says which dataset reads its windows (a `tokembed.Mixture`: `MixtureWindows`)."""
+
+    def window_dataset_class(self) -> type: ...
+
+
+# What windows are read from (SlidingWindowDataset's Args say how each is told apart): a shard folder or a
+# Megatron prefix (a path, a str naming one, an open ShardSet), a Mixture of those, a 1-D token array (numpy,
+# torch, a list, tuple or range of ids), or a text (any other str).
+WindowSource: TypeAlias = (
+    "str | os.PathLike[str] | shard_reader.ShardSet | NamesItsWindows | np.ndarray | torch.Tensor | Sequence[int]"
+)
 
 __all__ = ["SlidingWindowDataset", "check_window_args", "collate_windows", "encode_text"]
 
 
-def encode_text(txt: str, tokenizer=None) -> np.ndarray:
+def encode_text(txt: str, tokenizer: TokenizerLike | None = None) -> np.ndarray:
     """Encode ``txt`` as the chapter does (``allowed_special={"<|endoftext|>"}``) into a compact array.
 
     Args:
@@ -48,7 +62,9 @@ def encode_text(txt: str, tokenizer=None) -> np.ndarray:
         raise TypeError(f"txt must be a str, got {type(txt).__name__}{hint}")
     if not txt:
         raise ValueError("txt is empty: give a text of at least max_length + 1 tokens")
-    enc = get_tokenizer("gpt2") if tokenizer is None else tokenizer
+    if tokenizer is None or isinstance(tokenizer, (str, os.PathLike)):
+        tokenizer = get_tokenizer(tokenizer or "gpt2")
+    enc: Any = tokenizer  # anything with tiktoken's encode (the book's own tokenizer objects too)
     if hasattr(enc, "encode_to_numpy") and getattr(enc, "n_vocab", None):
         # tiktoken >= 0.8 writes the ids straight into a buffer: no list of Python ints (28 bytes each).
         ids = enc.encode_to_numpy(txt, allowed_special={ENDOFTEXT})  # (N,) uint32
@@ -122,7 +138,7 @@ def collate_windows(batch):
 _PATH_SUFFIXES = (".bin", ".idx", ".json", ".jsonl", ".txt", ".md", ".npy", ".gz")
 
 
-def _names_shards(source: object) -> bool:
+def _names_shards(source: object) -> TypeGuard[str]:
     """A str naming an existing shard folder, a Megatron prefix or a URL (any other str is a text)."""
     if not isinstance(source, str) or len(source) >= 4096 or "\n" in source:
         return False
@@ -156,7 +172,7 @@ def _refuse(kind: str, **options) -> None:
         )
 
 
-def _token_array(source) -> np.ndarray:
+def _token_array(source: WindowSource | None) -> np.ndarray:
     """A 1-D integer array of ids >= 0 that fit int64, from numpy, torch, a list, a tuple or a range."""
     if isinstance(source, torch.Tensor):
         source = source.detach().cpu().numpy()
@@ -228,7 +244,7 @@ class SlidingWindowDataset(Dataset):
         TypeError: a source of another type, or a non-integer array.
     """
 
-    def __new__(cls, source=None, *args, **kwargs):
+    def __new__(cls, source: WindowSource | None = None, *args: Any, **kwargs: Any) -> SlidingWindowDataset:
         # A source that names its own windows (a tokembed.Mixture: MixtureWindows) gets them, so it is
         # accepted wherever a shard folder is.
         variant = getattr(source, "window_dataset_class", None)
@@ -238,7 +254,7 @@ class SlidingWindowDataset(Dataset):
 
     def __init__(
         self,
-        source=None,
+        source: WindowSource | None = None,
         *,
         max_length: int,
         stride: int | None = None,
@@ -246,7 +262,7 @@ class SlidingWindowDataset(Dataset):
         split: str | None = None,
         verify: bool = False,
         eot_token: int | None = None,
-        tokenizer=None,
+        tokenizer: TokenizerLike | None = None,
         text: str | None = None,
         storage_options: Mapping[str, Any] | None = None,
         cache_dir: str | os.PathLike | None = None,
@@ -256,8 +272,8 @@ class SlidingWindowDataset(Dataset):
         self.stride = self.max_length if stride is None else check_positive_int("stride", stride)
         self.within_documents = check_bool("within_documents", within_documents)
         check_bool("verify", verify)
-        self._shards = None  # a ShardSet (paths only: maps are opened lazily in each process)
-        self._array = None  # an in-memory (N,) token array
+        self._shards: shard_reader.ShardSet | None = None  # paths only: maps are opened lazily in each process
+        self._array: np.ndarray | None = None  # an in-memory (N,) token array
         self._fingerprint: str | None = None
         if (source is None) == (text is None):
             raise TypeError(
@@ -271,7 +287,17 @@ class SlidingWindowDataset(Dataset):
 
     # -- construction ------------------------------------------------------------------------------
 
-    def _open(self, source, text, *, split, verify, eot_token, tokenizer, remote) -> None:
+    def _open(
+        self,
+        source: WindowSource | None,
+        text: str | None,
+        *,
+        split: str | None,
+        verify: bool,
+        eot_token: int | None,
+        tokenizer: TokenizerLike | None,
+        remote: dict[str, Any],
+    ) -> None:
         if text is None and (isinstance(source, (shard_reader.ShardSet, os.PathLike)) or _names_shards(source)):
             _refuse("a shard folder", eot_token=eot_token, tokenizer=tokenizer)
             self._open_shards(source, split=split, verify=verify, remote=remote)
@@ -282,10 +308,13 @@ class SlidingWindowDataset(Dataset):
             text = source
         if text is not None:
             _refuse("a text", split=split, verify=verify)
-            enc = get_tokenizer("gpt2") if tokenizer is None else tokenizer
+            named = tokenizer is None or isinstance(tokenizer, (str, os.PathLike))
+            enc: Any = get_tokenizer(tokenizer or "gpt2") if named else tokenizer
             arr = encode_text(text, enc)
             self.source_kind = "text"
-            self.eot_token = int(getattr(enc, "eot_token", GPT2_EOT)) if eot_token is None else int(eot_token)
+            self.eot_token: int | None = (
+                int(getattr(enc, "eot_token", GPT2_EOT)) if eot_token is None else int(eot_token)
+            )
         else:
             _refuse("a token array", split=split, verify=verify, tokenizer=tokenizer)
             arr = _token_array(source)
@@ -298,7 +327,14 @@ class SlidingWindowDataset(Dataset):
         self._seg_len = np.diff(self._cum)
         self._doc_starts_fn = self._array_doc_starts
 
-    def _open_shards(self, source, *, split: str | None, verify: bool, remote: dict[str, Any]) -> None:
+    def _open_shards(
+        self,
+        source: str | os.PathLike[str] | shard_reader.ShardSet,
+        *,
+        split: str | None,
+        verify: bool,
+        remote: dict[str, Any],
+    ) -> None:
         if isinstance(source, shard_reader.ShardSet):
             if verify or (split is not None and split != source.split):
                 raise ValueError(
@@ -422,19 +458,32 @@ class SlidingWindowDataset(Dataset):
         if self._shards is not None:
             self._shards.check_unchanged()
 
-    def _views(self) -> dict[int, np.ndarray]:
-        """This process's row views, one per segment, made on first use (so each worker opens its own maps)."""
+    def _views(self) -> dict[int | str, Any]:
+        """This process's row views, one per segment (key ``i``: an ndarray), and the segments as flat arrays
+        (key ``"flat"``: a list), made on first use (so each worker opens its own maps)."""
         pid, views = self.__dict__.get("_row_views", (None, None))
         if pid != os.getpid():
             views = {}
             self._row_views = (os.getpid(), views)
         return views
 
-    def _view(self, i: int, views: dict[int, np.ndarray]) -> np.ndarray:
+    def _segment(self, i: int) -> np.ndarray:
+        """Segment ``i``'s tokens: shard ``i``, or the in-memory array (the one segment)."""
+        if self._shards is not None:
+            return self._shards.tokens(i)
+        if self._array is None:  # the constructor sets one of the two
+            raise RuntimeError("this SlidingWindowDataset was not constructed (neither shards nor an array)")
+        return self._array
+
+    def _read(self, start: int, stop: int) -> np.ndarray:
+        """Tokens ``[start, stop)`` of the whole source, across shard boundaries (a new array across them)."""
+        return self._shards.read(start, stop) if self._shards is not None else self._segment(0)[start:stop]
+
+    def _view(self, i: int, views: dict[int | str, Any]) -> np.ndarray:
         """Segment ``i`` (a shard, or the array) seen as rows: ``view[j]`` = tokens ``[j, j + T + 1)``."""
         v = views.get(i)
         if v is None:
-            seg = self._array if self._shards is None else self._shards.tokens(i)
+            seg = self._segment(i)
             w = self.max_length + 1
             rows = max(0, len(seg) - w + 1)
             # A read-only strided view: a fancy row index on it gathers a whole batch in one call.
@@ -445,7 +494,7 @@ class SlidingWindowDataset(Dataset):
         return v
 
     def _flat(self, i: int, views: dict) -> np.ndarray:
-        seg = self._array if self._shards is None else self._shards.tokens(i)
+        seg = self._segment(i)
         return seg.view(np.ndarray)  # the same memory, without np.memmap's per-slice bookkeeping
 
     def row_pieces(self, starts: np.ndarray) -> list[np.ndarray]:
@@ -462,7 +511,7 @@ class SlidingWindowDataset(Dataset):
         if flat is None:
             flat = views["flat"] = [self._flat(i, views) for i in range(len(self._seg_len))]
         return [
-            flat[i][j : j + w] if ok else self._shards.read(a, a + w)
+            flat[i][j : j + w] if ok else self._read(a, a + w)
             for i, j, ok, a in zip(seg.tolist(), local.tolist(), inside.tolist(), starts.tolist())
         ]
 
@@ -476,13 +525,14 @@ class SlidingWindowDataset(Dataset):
         file keys, shard, block)`` (see `RemoteShardSet.block_reads`); empty for local data."""
         if not self.streamed:
             return []
-        rows, keys, shard, block = self._shards.block_reads(self._starts(np.asarray(k, np.int64)), self.max_length + 1)
-        return [(self._shards, rows, keys, shard, block)]
+        shards = cast(shard_reader.RemoteShardSet, self._shards)
+        rows, keys, shard, block = shards.block_reads(self._starts(np.asarray(k, np.int64)), self.max_length + 1)
+        return [(shards, rows, keys, shard, block)]
 
     def gather_rows(self, starts: np.ndarray) -> np.ndarray:
         """Tokens ``[start, start + max_length + 1)`` for each start: (B, T+1), in the source's dtype."""
         if self.streamed:  # a remote folder: the batch's blocks are pinned in the cache for the gather
-            return self._shards.rows(starts, self.max_length + 1)
+            return cast(shard_reader.RemoteShardSet, self._shards).rows(starts, self.max_length + 1)
         views = self._views()
         if len(self._cum) == 2:  # one segment: a single fancy index
             return self._view(0, views)[starts]
@@ -510,7 +560,7 @@ class SlidingWindowDataset(Dataset):
         out = np.empty_like(rows_s)
         out[order] = rows_s
         for j in np.flatnonzero(~inside):  # the few windows that straddle a shard boundary
-            out[j] = self._shards.read(int(starts[j]), int(starts[j]) + w)
+            out[j] = self._read(int(starts[j]), int(starts[j]) + w)
         return out
 
     def gather(self, indices) -> tuple[torch.Tensor, torch.Tensor]:
@@ -546,21 +596,28 @@ class SlidingWindowDataset(Dataset):
 
     def _gather_documents(self, k: np.ndarray, *, max_documents: int | None = None) -> DocumentBatch:
         """Windows ``k`` (B,) with where their documents begin and end (`tokembed.data.batch`)."""
-        return self._document_batches(k, batch_size=len(k), max_documents=max_documents)[0]
+        return next(self._document_batches(k, batch_size=len(k), max_documents=max_documents))
 
     def _document_batches(
         self,
         k: np.ndarray,
         *,
         batch_size: int,
+        chunk: int = 1,
         max_documents: int | None = None,
-        out: tuple[np.ndarray, np.ndarray] | None = None,
-    ) -> list[DocumentBatch]:
-        """Windows ``k`` (K*B,) as K `DocumentBatch` es of ``batch_size``, laid out together."""
+        buffers: Callable[[tuple[int, int]], tuple[np.ndarray, np.ndarray]] | None = None,
+    ) -> Iterator[DocumentBatch]:
+        """Windows ``k`` (K*B,) as K `DocumentBatch` es of ``batch_size``: their layout computed together, their
+        tokens gathered ``chunk`` batches at a time (into ``buffers(shape)`` when given: the loader's pool)."""
         starts = self._window_starts(k)  # (K*B,)
-        inputs, targets = _split_rows(self._rows(starts), out)
-        seg_row, seg_start = window_segments(starts, self.document_starts(), self.max_length)
-        return document_batches(inputs, targets, seg_row, seg_start, batch_size=batch_size, max_documents=max_documents)
+        segments = window_segments(starts, self.document_starts(), self.max_length)
+        layout = DocumentLayout(segments, length=self.max_length, batch_size=batch_size, max_documents=max_documents)
+        step = chunk * batch_size
+        for i in range(0, len(starts), step):
+            part = starts[i : i + step]
+            out = None if buffers is None else buffers((len(part), self.max_length))
+            inputs, targets = _split_rows(self._rows(part), out)
+            yield from layout.batches(inputs, targets, i // batch_size)
 
     def document_starts(self) -> np.ndarray:
         """Where every document starts, in the coordinate of `starts`: sorted int64 (D,), cached per process.
@@ -600,6 +657,6 @@ class SlidingWindowDataset(Dataset):
             else:
                 a = np.ascontiguousarray(self._array)
                 h.update(str(a.dtype).encode() + b"\0")
-                h.update(memoryview(a).cast("B"))
+                h.update(a.data.cast("B"))
             self._fingerprint = h.hexdigest()
         return self._fingerprint

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from tokembed.inspection.table import EmbeddingTable, resolve_tokenizer
-from tokembed.tokenizer.base import special_tokens
+from tokembed.tokenizer.base import TokenizerLike, TokenizerMismatch
 
 __all__ = ["table_with_counts", "token_counts"]
 
@@ -25,12 +25,22 @@ def table_with_counts(table: EmbeddingTable, *, corpus=None, min_count: int | No
     """``table`` with the counts of ``corpus`` when one is given (else its own), and ``min_count`` if given."""
     if corpus is None:
         return table if min_count is None else table.with_min_count(min_count)
-    counts = token_counts(corpus, tokenizer=table.tokenizer, vocab_size=table.vocab_size)
+    try:
+        counts = token_counts(corpus, tokenizer=table.tokenizer, vocab_size=table.vocab_size)
+    except TokenizerMismatch as e:  # the table's tokenizer is its own (a checkpoint's): the corpus must change
+        raise e.with_advice(
+            f"the table ({table.source or 'in memory'}) holds ids of {e.asked.source}: count a corpus prepared with it "
+            f"(tokembed prepare TEXT --out DIR --tokenizer {e.asked.source}), or the text it was trained on"
+        ) from None
     return table.with_counts(counts, f"corpus {corpus}", min_count=min_count)
 
 
 def token_counts(
-    corpus: str | Path, *, tokenizer="gpt2", vocab_size: int | None = None, progress: bool = False
+    corpus: str | Path,
+    *,
+    tokenizer: TokenizerLike | None = "gpt2",
+    vocab_size: int | None = None,
+    progress: bool = False,
 ) -> torch.Tensor:
     """(V,) how many times each token id occurs in a corpus.
 
@@ -79,6 +89,6 @@ def token_counts(
             text = f.read_text(encoding="utf-8")
         except UnicodeDecodeError as e:
             raise ValueError(f"corpus file {f} is not UTF-8 text ({e}); pass the text the table was trained on") from e
-        ids = torch.tensor(enc.encode(text, allowed_special=set(special_tokens(enc))), dtype=torch.int64)
+        ids = torch.tensor(enc.encode(text, allowed_special=set(enc.special_tokens)), dtype=torch.int64)
         counts += torch.bincount(ids[ids < V], minlength=V)
     return counts

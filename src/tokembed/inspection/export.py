@@ -26,6 +26,7 @@ replaced with ``overwrite=True``.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -34,6 +35,7 @@ import numpy as np
 from tokembed._atomic import atomic_create, check_target
 from tokembed._paths import output_path, refuse_inside_checkpoint
 from tokembed.inspection.table import EXPORT_FORMAT, EmbeddingTable
+from tokembed.tokenizer.base import TokenizerLike
 
 __all__ = ["EXPORT_FORMATS", "export_table"]
 
@@ -188,10 +190,12 @@ _WRITERS = {
 }
 
 
-def _tokenizer_source(tokenizer) -> str:
+def _tokenizer_source(tokenizer: TokenizerLike | None) -> str:
     """What `tokembed.get_tokenizer` rebuilds the table's tokenizer from: its name, or its file's path."""
     if tokenizer is None:
         return "none"
+    if isinstance(tokenizer, (str, os.PathLike)):
+        return os.fspath(tokenizer)
     from tokembed.tokenizer import tokenizer_identity
 
     try:

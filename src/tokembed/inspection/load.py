@@ -8,6 +8,7 @@ from pathlib import Path
 from tokembed._paths import local_path
 from tokembed.inspection.table import EmbeddingTable
 from tokembed.model.checkpoint import CHECKPOINT_FORMAT
+from tokembed.tokenizer.base import TokenizerLike
 
 __all__ = ["is_tokembed_checkpoint", "load_table"]
 
@@ -23,7 +24,9 @@ def is_tokembed_checkpoint(path: Path) -> bool:
     return isinstance(config, dict) and config.get("format") == CHECKPOINT_FORMAT
 
 
-def load_table(source: str | Path, *, tokenizer="gpt2", allow_unverified: bool = False) -> EmbeddingTable:
+def load_table(
+    source: str | Path, *, tokenizer: TokenizerLike | None = "gpt2", allow_unverified: bool = False
+) -> EmbeddingTable:
     """Open any embedding table: a checkpoint directory, an exported table, or GPT-2's own weights.
 
     Args:

@@ -29,13 +29,15 @@ import numbers
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
 import torch
 
 from tokembed._checks import check_int
 from tokembed.embeddings.names import find_scheme, positional_scheme, scheme_names
-from tokembed.tokenizer.base import special_tokens
+from tokembed.tokenizer.base import Tokenizer, TokenizerLike
+from tokembed.tokenizer.gpt2 import GPT2_EOT, GPT2_N_VOCAB
 from tokembed.training.counts import MIN_COUNT, check_min_count
 
 __all__ = [
@@ -127,19 +129,52 @@ def gpt2_byte_spelling(token: bytes) -> str:
     return "".join(m[b] for b in token)
 
 
-def _checkpoint_tokenizer(config: dict):
+def _checkpoint_tokenizer(config: dict) -> TokenizerLike:
     """The tokenizer a checkpoint was trained with: rebuilt from its record (checked), or its name."""
-    if config.get("tokenizer_record"):
+    return _recorded_tokenizer(config.get("tokenizer_record") or config.get("tokenizer", "gpt2"))
+
+
+def _recorded_tokenizer(record: dict | str) -> TokenizerLike:
+    if isinstance(record, dict):
         from tokembed.tokenizer import tokenizer_from_record
 
-        return tokenizer_from_record(config["tokenizer_record"])
-    return config.get("tokenizer", "gpt2")
+        return tokenizer_from_record(record)
+    return record  # "gpt2": checkpoints from before tokenizers were recorded
 
 
-def resolve_tokenizer(tokenizer):
-    if tokenizer is None or not isinstance(tokenizer, str):
-        return tokenizer
-    if tokenizer == "none":  # a table whose rows are only ids
+def _model_tokenizer(model: Any, rows: int, given: TokenizerLike | None) -> TokenizerLike | None:
+    """The tokenizer of an in-memory model's ids: ``given`` (checked against the model's record), the one it
+    records (``load_checkpoint`` sets ``model.tokenizer_record``), or GPT-2's when its vocabulary is GPT-2's."""
+    record = getattr(model, "tokenizer_record", None)
+    if given is not None:
+        tok = resolve_tokenizer(given)
+        if record is not None and tok is not None:
+            from tokembed.tokenizer import identity_from_manifest, tokenizer_identity
+
+            recorded, asked = identity_from_manifest(record), tokenizer_identity(tok)
+            if not asked.same_ids(recorded):
+                raise ValueError(
+                    f"the model was trained on ids of {recorded.describe()}, but tokenizer={asked.describe()} was "
+                    "given; drop tokenizer= (the model's own is used)"
+                )
+        return tok
+    if record is not None:
+        return _recorded_tokenizer(record)
+    config = getattr(model, "config", None)
+    vocab, eot = int(getattr(config, "vocab_size", rows)), int(getattr(config, "eot_token", GPT2_EOT))
+    if vocab >= GPT2_N_VOCAB and eot == GPT2_EOT:  # GPT-2's ids (a vocabulary padded past 50,257 included)
+        return "gpt2"
+    raise ValueError(
+        f"{type(model).__name__} has {vocab:,} token rows and end-of-text id {eot}, not GPT-2's (50,257 and "
+        f"{GPT2_EOT}), and records no tokenizer: its labels would be wrong. Pass tokenizer= the tokenizer its data "
+        "was prepared with (e.g. tokenizer='o200k_base'), or load it with tokembed.load_checkpoint (which records it)"
+    )
+
+
+def resolve_tokenizer(tokenizer: TokenizerLike | None) -> Tokenizer | None:
+    """The `Tokenizer` a name, file or object stands for (checked: a `tokembed.Tokenizer`); None or ``"none"``:
+    a table whose rows are only ids."""
+    if tokenizer is None or tokenizer == "none":
         return None
     from tokembed.tokenizer import get_tokenizer
 
@@ -194,7 +229,7 @@ class EmbeddingTable:
     """
 
     tokens: torch.Tensor
-    tokenizer: object = None
+    tokenizer: TokenizerLike | None = None
     labels: Sequence[str] | None = None
     positions: torch.Tensor | None = None
     positional: str = "none"
@@ -202,7 +237,11 @@ class EmbeddingTable:
     counts: torch.Tensor | None = None
     counts_source: str = ""
     min_count: int = MIN_COUNT
-    _label_index: dict = field(default=None, init=False, repr=False)
+    _label_index: dict[str, int] = field(default_factory=dict, init=False, repr=False)  # label -> first row
+
+    @property
+    def _tokenizer(self) -> Tokenizer | None:
+        return cast("Tokenizer | None", self.tokenizer)  # a name or file was resolved in __post_init__
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tokens", as_table_tensor("the token table", self.tokens))
@@ -318,16 +357,18 @@ class EmbeddingTable:
         """The bytes of a token, or None for a row the tokenizer has no token for (beyond its vocabulary, or an
         unassigned id inside it: cl100k_base has none for 100256 and 100261-100275, o200k_base for 199998 and
         200000-200017, yet models keep rows for them)."""
-        if self.tokenizer is None or token_id >= self.tokenizer.n_vocab:
+        tok = self._tokenizer
+        if tok is None or token_id >= tok.n_vocab:
             return None
         try:
-            return self.tokenizer.decode_single_token_bytes(token_id)
+            return tok.decode_single_token_bytes(token_id)
         except KeyError:
             return None
 
     @functools.cached_property
     def _special_ids(self) -> frozenset[int]:
-        return frozenset(special_tokens(self.tokenizer).values()) if self.tokenizer is not None else frozenset()
+        tok = self._tokenizer
+        return frozenset(tok.special_tokens.values()) if tok is not None else frozenset()
 
     # --------------------------------------------------------------- queries
     def ids(self, word: str) -> list[int]:
@@ -342,12 +383,13 @@ class EmbeddingTable:
             close = difflib.get_close_matches(word, list(self._label_index), n=3)
             hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
             raise ValueError(f"word {word!r} is not in the table's vocabulary ({self.vocab_size} labels){hint}")
-        if self.tokenizer is None:
+        tok = self._tokenizer
+        if tok is None:
             raise ValueError(
                 f"this table ({self.source or 'no source'}) has no tokenizer nor labels, so word {word!r} cannot be looked up; give token ids, or load it with tokenizer='gpt2'"
             )
-        special = special_tokens(self.tokenizer)
-        ids = [special[word]] if word in special else self.tokenizer.encode_ordinary(word)
+        special = tok.special_tokens
+        ids = [special[word]] if word in special else tok.encode_ordinary(word)
         for i in ids:
             if i >= self.vocab_size:
                 raise ValueError(
@@ -460,11 +502,12 @@ class EmbeddingTable:
         """
         if not isinstance(text, str):
             raise TypeError(f"text must be a str, got {type(text).__name__}")
-        if self.tokenizer is None:
+        tok = self._tokenizer
+        if tok is None:
             raise ValueError(
                 f"this table ({self.source or 'no source'}) has no tokenizer to split text; load it with tokenizer='gpt2'"
             )
-        ids = self.tokenizer.encode(text, allowed_special=set(special_tokens(self.tokenizer)))
+        ids = tok.encode(text, allowed_special=set(tok.special_tokens))
         rows = []
         for p, i in enumerate(ids):
             if i >= self.vocab_size:
@@ -545,7 +588,7 @@ class EmbeddingTable:
 
     # --------------------------------------------------------------- loaders
     @classmethod
-    def from_gpt2(cls, path: str | Path, *, tokenizer="gpt2") -> EmbeddingTable:
+    def from_gpt2(cls, path: str | Path, *, tokenizer: TokenizerLike | None = "gpt2") -> EmbeddingTable:
         """GPT-2's own tables from a local Hugging Face or book-layout checkpoint (no download)."""
         from tokembed.model.gpt2_weights import find_gpt2_file, load_gpt2_embeddings
 
@@ -559,10 +602,17 @@ class EmbeddingTable:
         )
 
     @classmethod
-    def from_model(cls, model, *, tokenizer="gpt2") -> EmbeddingTable:
+    def from_model(cls, model: Any, *, tokenizer: TokenizerLike | None = None) -> EmbeddingTable:
         """The tables of an in-memory ``tokembed.GPT`` (``model.embed.token``, ``model.embed.position``).
 
         Sinusoidal positions are computed for ``model.config.context_length`` positions.
+
+        Args:
+            model: the GPT.
+            tokenizer: the tokenizer of its ids. Default: the one it records (a model from
+                ``tokembed.load_checkpoint`` has ``model.tokenizer_record``), else GPT-2's for a model with
+                GPT-2's vocabulary; any other model is an error that names its vocabulary. A given tokenizer
+                that is not the recorded one is an error naming both.
         """
         embed = getattr(model, "embed", None)
         token = getattr(getattr(embed, "token", None), "weight", None)
@@ -570,7 +620,7 @@ class EmbeddingTable:
             raise TypeError(
                 f"{type(model).__name__} has no model.embed.token.weight; pass a tokembed.GPT (or use EmbeddingTable(tensor, tokenizer))"
             )
-        config = getattr(model, "config", None)
+        config: Any = getattr(model, "config", None)
         positional = str(getattr(config, "positional", "learned"))
         position = getattr(getattr(embed, "position", None), "weight", None)
         if _vectors(positional) == "formula" and position is None:  # computed by the scheme's module
@@ -580,7 +630,7 @@ class EmbeddingTable:
             position = None
         return cls(
             token.detach().clone(),
-            tokenizer,
+            _model_tokenizer(model, token.shape[0], tokenizer),
             positions=None if position is None else position.detach().clone(),
             positional=positional,
             source=type(model).__name__,
@@ -653,7 +703,7 @@ class EmbeddingTable:
         )
 
     @classmethod
-    def from_file(cls, path: str | Path, *, tokenizer="gpt2") -> EmbeddingTable:
+    def from_file(cls, path: str | Path, *, tokenizer: TokenizerLike | None = "gpt2") -> EmbeddingTable:
         """An exported table: ``.npy`` (V, D), or ``.safetensors`` written by ``tokembed export``."""
         path = Path(path)
         if not path.is_file():

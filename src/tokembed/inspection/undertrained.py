@@ -31,6 +31,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from tokembed.tokenizer.base import Tokenizer
+
 __all__ = [
     "Detection",
     "Undertrained",
@@ -45,7 +47,7 @@ NEVER_IN_UTF8 = (0xC0, 0xC1, *range(0xF5, 0x100))  # RFC 3629, section 1: these 
 INDICATORS = ("norm", "cosine")
 
 
-def known_unused_ids(tokenizer, vocab_size: int) -> list[int]:
+def known_unused_ids(tokenizer: Tokenizer | None, vocab_size: int) -> list[int]:
     """Ids of the single-byte tokens whose byte never occurs in UTF-8 text (none without such tokens)."""
     if tokenizer is None:
         return []
@@ -64,7 +66,7 @@ def known_unused_ids(tokenizer, vocab_size: int) -> list[int]:
     return ids
 
 
-def _token_bytes(tokenizer, token_id: int) -> bytes | None:
+def _token_bytes(tokenizer: Tokenizer, token_id: int) -> bytes | None:
     try:
         return tokenizer.decode_single_token_bytes(token_id)
     except (KeyError, ValueError, IndexError):

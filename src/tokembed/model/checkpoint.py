@@ -188,7 +188,18 @@ def save_checkpoint(
     return path
 
 
-def _write_contents(tmp: Path, model: GPT, *, train, step, tokens_seen, optimizer, state, log, tokenizer) -> None:
+def _write_contents(
+    tmp: Path,
+    model: GPT,
+    *,
+    train: dict | None,
+    step: int,
+    tokens_seen: int,
+    optimizer: torch.optim.Optimizer | None,
+    state: dict | None,
+    log: dict | None,
+    tokenizer: dict | None,
+) -> None:
     config = {
         "format": CHECKPOINT_FORMAT,
         "version": CHECKPOINT_VERSION,
@@ -589,7 +600,9 @@ def load_checkpoint(
         allow_unverified: load a checkpoint that has no sha256.json (written before tokembed 0.2).
 
     Returns:
-        (model, config): the ``GPT`` with its weights (in eval mode) and the parsed ``config.json``.
+        (model, config): the ``GPT`` with its weights (in eval mode) and the parsed ``config.json``. The
+        model's ``tokenizer_record`` is the training data's tokenizer (``"gpt2"`` for checkpoints that predate
+        the record), so ``EmbeddingTable.from_model(model)`` labels its rows with the right tokenizer.
     """
     path = Path(path)
     config = read_checkpoint_config(path)
@@ -610,4 +623,5 @@ def load_checkpoint(
         )
     model.to(map_location)
     model.eval()
+    model.tokenizer_record = config.get("tokenizer_record") or config.get("tokenizer", "gpt2")
     return model, config

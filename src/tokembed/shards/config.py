@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tokembed.shards.sources import check_format_name
+
+if TYPE_CHECKING:  # the tokenizer stage imports tiktoken: only when a tokenizer is built
+    from tokembed.tokenizer.base import Tokenizer
 
 BACKENDS = ("auto", "tiktoken", "gigatoken")  # tokembed.tokenizer.fast.BACKENDS (not imported: it needs tiktoken)
 
@@ -60,7 +64,12 @@ class PrepareConfig:
     def __post_init__(self):
         if self.backend not in BACKENDS:
             raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
-        object.__setattr__(self, "tokenizer", _absolute_if_file(str(self.tokenizer)))
+        if not isinstance(self.tokenizer, (str, os.PathLike)):  # the manifest records a name that rebuilds it
+            raise TypeError(
+                f"prepare takes a tokenizer's name or file, got {self.tokenizer!r}: register it "
+                "(tokembed.register_tokenizer(name, build)) and pass the name, which the manifest records"
+            )
+        object.__setattr__(self, "tokenizer", _absolute_if_file(os.fspath(self.tokenizer)))
         if not isinstance(self.field, str) or not self.field:
             raise ValueError(f"field must be a non-empty string, got {self.field!r}")
         check_format_name(self.format)
@@ -91,7 +100,7 @@ class PrepareConfig:
         del d["backend"]
         return {k: v for k, v in d.items() if not (k in ("pattern", "eot") and v is None)}
 
-    def build_tokenizer(self):
+    def build_tokenizer(self) -> Tokenizer:
         """The tokenizer this config names (`tokembed.get_tokenizer`)."""
         from tokembed.tokenizer import get_tokenizer
 

@@ -15,9 +15,10 @@ import time
 from typing import Any
 
 from tokembed.shards.config import PrepareConfig
+from tokembed.shards.ray_start import RAY_START_SECONDS, RayStart, check_loopback
 from tokembed.shards.units import tokenize_unit
 
-__all__ = ["ENGINES", "make_engine"]
+__all__ = ["ENGINES", "RAY_START_SECONDS", "make_engine"]
 
 ENGINES = ("local", "ray")
 SHUTDOWN_SECONDS = 30.0  # an interrupted run waits at most this long for the parts its workers hold
@@ -34,12 +35,28 @@ def _watch_parent(parent: int) -> None:
     threading.Thread(target=loop, daemon=True).start()
 
 
-def _worker_init(parent: int, config: PrepareConfig) -> None:
+def _worker_init(parent: int, config: PrepareConfig, registration: Any = None) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle: it stops the workers
     _watch_parent(parent)
     from tokembed.tokenizer.fast import token_encoder
+    from tokembed.tokenizer.registry import restore_registration
 
+    restore_registration(registration)  # a tokenizer registered in the parent, for a worker started by spawn
     token_encoder(config.build_tokenizer(), config.backend)  # build once per process, before the first unit
+
+
+def _registration(config: PrepareConfig) -> Any:
+    """The parent's registration of the config's tokenizer, for workers that do not inherit it (None if none)."""
+    from tokembed.tokenizer.registry import registration_for_workers
+
+    return registration_for_workers(config.tokenizer)
+
+
+def _ray_tokenize_unit(unit, config: PrepareConfig, names, registration: Any) -> dict[str, Any]:
+    from tokembed.tokenizer.registry import restore_registration
+
+    restore_registration(registration)  # Ray's workers never saw this process's registrations
+    return tokenize_unit(unit, config, names)
 
 
 def _start_method() -> str:
@@ -67,11 +84,13 @@ class _LocalEngine:
             import multiprocessing as mp
             from concurrent.futures import ProcessPoolExecutor
 
+            method = _start_method()
+            registration = _registration(config) if method != "fork" else None  # a forked worker inherits it
             self.pool = ProcessPoolExecutor(
                 workers,
-                mp_context=mp.get_context(_start_method()),
+                mp_context=mp.get_context(method),
                 initializer=_worker_init,
-                initargs=(os.getpid(), config),
+                initargs=(os.getpid(), config, registration),
             )
             # Fork the workers now, while this process is small: pages it holds at fork time and frees later
             # (a Parquet reader's buffers) would otherwise stay behind in every worker as private copies.
@@ -122,22 +141,29 @@ class _Done:
 
 
 class _RayEngine:
-    def __init__(self, workers: int, address: str | None):
+    def __init__(self, workers: int, address: str | None, config: PrepareConfig, start_timeout: float):
         try:
             import ray
         except ImportError:
             raise ImportError("--engine ray needs Ray: pip install 'tokembed[ray]'") from None
         self.ray = ray
-        self.started = not ray.is_initialized()
-        if self.started:
+        self.start: RayStart | None = None
+        if not ray.is_initialized():  # else a Ray session the caller started: theirs to end
             kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
             if address:
                 kwargs["address"] = address
             elif workers > 0:
                 kwargs["num_cpus"] = workers
-            ray.init(**kwargs)
-        self.task = ray.remote(num_cpus=1)(tokenize_unit)
-        self.workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
+            if not (address or "").startswith("ray://"):  # a Ray Client driver needs no Ray of its own here
+                check_loopback()  # else Ray would retry for many minutes
+            self.start = RayStart(ray, kwargs, start_timeout, address)  # at most start_timeout seconds
+        try:
+            self.task = ray.remote(num_cpus=1)(_ray_tokenize_unit)
+            self.registration = _registration(config)
+            self.workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
+        except BaseException:
+            self.close(cancel=True)
+            raise
 
     @property
     def capacity(self) -> int:
@@ -145,15 +171,16 @@ class _RayEngine:
         return min(2 * self.workers, 64)
 
     def submit(self, unit, config, names):
-        return _RayFuture(self.ray, self.task.remote(unit, config, names))
+        return _RayFuture(self.ray, self.task.remote(unit, config, names, self.registration))
 
     def wait_one(self, pending: list):
         ready, _ = self.ray.wait([f.ref for f, _ in pending], num_returns=1)
         return next(p for p in pending if p[0].ref == ready[0])
 
     def close(self, cancel: bool = False):
-        if self.started:  # a Ray session we started ends with us; one the caller started is theirs
+        if self.start is not None:  # a Ray session we started ends with us; one the caller started is theirs
             self.ray.shutdown()
+            self.start.release()
 
 
 class _RayFuture:
@@ -169,8 +196,20 @@ class _RayFuture:
             raise
 
 
-def make_engine(engine: str, *, workers: int, config: PrepareConfig, ray_address: str | None = None):
-    """The engine called ``engine`` (one of `ENGINES`) with ``workers`` processes (or Ray CPUs)."""
+def make_engine(
+    engine: str,
+    *,
+    workers: int,
+    config: PrepareConfig,
+    ray_address: str | None = None,
+    ray_start_timeout: float = RAY_START_SECONDS,
+):
+    """The engine called ``engine`` (one of `ENGINES`) with ``workers`` processes (or Ray CPUs).
+
+    For ``"ray"``: a new Ray session (local, or joining the cluster at ``ray_address``) must start within
+    ``ray_start_timeout`` seconds, else `TimeoutError`; `ConnectionError` at once where Ray cannot run at all (no
+    loopback interface). See `tokembed.shards.ray_start`.
+    """
     if engine == "ray":
-        return _RayEngine(workers, ray_address)
+        return _RayEngine(workers, ray_address, config, ray_start_timeout)
     return _LocalEngine(workers, config)

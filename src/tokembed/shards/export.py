@@ -65,7 +65,7 @@ def _write_tokens(ss: ShardSet, f, dtype: np.dtype, what: str) -> str:
     return h.hexdigest()
 
 
-def _source(root: str | os.PathLike) -> Any:
+def _source(root: str | os.PathLike) -> Path | str:
     """The shard folder to export: a local `Path` (a URL this command cannot read refused by `local_path`), or the
     URL of a remote folder, kept as text (read through the block cache)."""
     if is_url(root) and local_path_of(root) is None:
@@ -162,15 +162,15 @@ def export_nanogpt(
             its offset; an output inside the input or a checkpoint.
         FileExistsError: an output exists and ``overwrite`` is False.
     """
-    root, out = _source(root), output_path(out, what="the output folder")
-    names = _split_names(root, split)
-    _refuse_overlap(root, out)
+    src, out = _source(root), output_path(out, what="the output folder")
+    names = _split_names(src, split)
+    _refuse_overlap(src, out)
     if out.exists() and not out.is_dir():
         raise NotADirectoryError(f"{out} is a file; the nanoGPT export is a folder (train.bin, val.bin, meta.pkl)")
-    sets = {s: _open_split(root, s, needed_by="nanoGPT's train.py reads train.bin and val.bin") for s in names}
+    sets = {s: _open_split(src, s, needed_by="nanoGPT's train.py reads train.bin and val.bin") for s in names}
     targets = [out / n for n in NANOGPT_FILES if n == "meta.pkl" or n[: -len(".bin")] in names]
     recovered = recover_staged(out, "nanogpt")  # an export killed in its renames: finished first
-    _check_out(root, targets, overwrite or recovered)
+    _check_out(src, targets, overwrite or recovered)
     made = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     files: dict[str, Any] = {}
@@ -245,19 +245,19 @@ def export_megatron(
             an output inside the input or a checkpoint.
         FileExistsError: ``PREFIX.bin``/``.idx`` exist and ``overwrite`` is False.
     """
-    root, prefix = _source(root), output_path(prefix, what="the output prefix")
-    names = _split_names(root, split)
-    _refuse_overlap(root, prefix)
+    src, prefix = _source(root), output_path(prefix, what="the output prefix")
+    names = _split_names(src, split)
+    _refuse_overlap(src, prefix)
     if split == "all":
         parts = {s: Path(f"{prefix}_{s}") for s in names}
-        sets = {s: _open_split(root, s, needed_by="--split all exports both") for s in names}
+        sets = {s: _open_split(src, s, needed_by="--split all exports both") for s in names}
         for s in names:
-            _check_megatron_out(root, parts[s], overwrite)
-        splits = {s: _write_megatron(root, sets[s], parts[s]) for s in names}
+            _check_megatron_out(src, parts[s], overwrite)
+        splits = {s: _write_megatron(src, sets[s], parts[s]) for s in names}
         return {"format": "megatron", "splits": splits}
-    ss = _open_split(root, split, needed_by="Megatron reads no empty dataset")
-    _check_megatron_out(root, prefix, overwrite)
-    return _write_megatron(root, ss, prefix)
+    ss = _open_split(src, split, needed_by="Megatron reads no empty dataset")
+    _check_megatron_out(src, prefix, overwrite)
+    return _write_megatron(src, ss, prefix)
 
 
 def _check_megatron_out(root: Path | str, prefix: Path, overwrite: bool) -> None:

@@ -150,7 +150,8 @@ def sha256_file(path: str | os.PathLike, *, chunk: int = 1 << 22) -> str:
 
 def block_digests(data: bytes | memoryview | np.ndarray, block_bytes: int = BLOCK_BYTES) -> list[str]:
     """sha256 of each ``block_bytes`` block of ``data`` (an array: its raw bytes); one empty block when empty."""
-    view = memoryview(np.ascontiguousarray(data)).cast("B") if isinstance(data, np.ndarray) else memoryview(data)
+    raw: Any = np.ascontiguousarray(data) if isinstance(data, np.ndarray) else data  # numpy arrays are buffers
+    view = memoryview(raw).cast("B")
     if not len(view):
         return [hashlib.sha256(b"").hexdigest()]
     return [hashlib.sha256(view[i : i + block_bytes]).hexdigest() for i in range(0, len(view), block_bytes)]

@@ -38,8 +38,8 @@ from tokembed.shards.schema import MANIFEST_HASH, manifest_digest
 from tokembed.storage.cache import BlockSpec, FolderBlocks, Future, Pin
 from tokembed.storage.options import RemoteOptions, remote_options
 from tokembed.storage.stores import Store, open_store
-from tokembed.storage.urls import is_url, local_path_of
-from tokembed.tokenizer.base import TokenizerIdentity
+from tokembed.storage.urls import as_url, is_url, local_path_of
+from tokembed.tokenizer.base import TokenizerIdentity, TokenizerLike
 from tokembed.tokenizer.registry import identity_from_manifest
 
 __all__ = [
@@ -151,7 +151,8 @@ class ShardSet:
         return identity_from_manifest(self.manifest.get("tokenizer"))
 
     @property
-    def eot_token(self) -> int:
+    def eot_token(self) -> int | None:
+        """The end-of-text id between documents (None: a Megatron prefix without tokembed's record)."""
         return self.tokenizer.eot_token
 
     @property
@@ -234,16 +235,13 @@ class ShardSet:
             yield self.read(int(a), int(b) - 1)
 
 
-def expect_tokenizer(root: Path, recorded: TokenizerIdentity, tokenizer: Any) -> None:
+def expect_tokenizer(root: Path, recorded: TokenizerIdentity, tokenizer: TokenizerLike) -> None:
     """Raise when the data in ``root`` was made with another tokenizer than ``tokenizer``."""
-    from tokembed.tokenizer import get_tokenizer, tokenizer_identity
+    from tokembed.tokenizer import TokenizerMismatch, get_tokenizer, tokenizer_identity
 
     asked = tokenizer_identity(get_tokenizer(tokenizer))
     if not asked.same_ids(recorded):
-        raise ValueError(
-            f"{root} was prepared with {recorded.describe()}, but {asked.describe()} was asked for; "
-            f"use --tokenizer {recorded.source}, or prepare the corpus again with {asked.source}"
-        )
+        raise TokenizerMismatch(str(root), recorded, asked)
 
 
 def open_shards(
@@ -251,7 +249,7 @@ def open_shards(
     *,
     split: str = "train",
     verify: bool = False,
-    tokenizer: Any = None,
+    tokenizer: TokenizerLike | None = None,
     storage_options: Mapping[str, Any] | None = None,
     cache_dir: str | os.PathLike | None = None,
     cache_bytes: int | str | None = None,
@@ -283,7 +281,7 @@ def open_shards(
         local = local_path_of(root)
         if local is None:  # remote: read through the machine's block cache
             return open_remote_shards(
-                root,
+                as_url(root),
                 split=split,
                 verify=verify,
                 tokenizer=tokenizer,
@@ -295,10 +293,10 @@ def open_shards(
         problems = megatron.check_megatron(root) if verify else []
         if problems:
             raise ValueError(f"Megatron dataset {root} is damaged: {problems[0]}")
-        ss = open_megatron(root, split=split)
-        if tokenizer is not None and ss.manifest["tokenizer"]:  # a tokembed export records its tokenizer
-            expect_tokenizer(Path(root), ss.tokenizer, tokenizer)
-        return ss
+        mega = open_megatron(root, split=split)
+        if tokenizer is not None and mega.manifest["tokenizer"]:  # a tokembed export records its tokenizer
+            expect_tokenizer(Path(root), mega.tokenizer, tokenizer)
+        return mega
     stage = interrupted_commit(root.parent, root.name)
     if stage is not None and not root.is_dir():
         raise FileNotFoundError(

@@ -118,7 +118,13 @@ def parse_storage_options(pairs: Iterable[str]) -> dict[str, Any]:
     return out
 
 
-_SECRET_ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID", "HF_TOKEN", "AZURE_STORAGE_KEY")
+_SECRET_ENV: tuple[str, ...] = (
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_ACCESS_KEY_ID",
+    "HF_TOKEN",
+    "AZURE_STORAGE_KEY",
+)
 _SECRET_ENV += ("AZURE_STORAGE_SAS_TOKEN", "AZURE_STORAGE_CONNECTION_STRING", "GOOGLE_APPLICATION_CREDENTIALS")
 
 
@@ -178,7 +184,7 @@ class RemoteOptions:
         return Path(self.cache_dir).expanduser() if self.cache_dir is not None else default_cache_dir()
 
     def resolved_cache_bytes(self) -> int:
-        return int(self.cache_bytes) if self.cache_bytes is not None else default_cache_bytes()  # type: ignore[arg-type]
+        return int(self.cache_bytes) if self.cache_bytes is not None else default_cache_bytes()
 
 
 _DEFAULTS = RemoteOptions()

@@ -27,7 +27,7 @@ import os
 import time
 import weakref
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from tokembed.storage.options import redact
 from tokembed.storage.urls import Scheme, as_url, public_url, refuse_credentials, scheme_of, url_scheme
@@ -313,7 +313,7 @@ class ObstoreStore(Store):
             endpoint = options.get("endpoint") or os.environ.get("AWS_ENDPOINT_URL", "")
             if str(endpoint).startswith("http://"):
                 client.setdefault("allow_http", True)
-            cached = (key, from_url(self.url, client_options=client or None, **options))
+            cached = (key, from_url(self.url, client_options=cast(Any, client or None), **options))
             self.__dict__["_obstore"] = cached
         return cached[1]
 

@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import tiktoken
 
-from tokembed.tokenizer.gpt2 import GPT2_PAT_STR
-from tokembed.tokenizer.openai import CL100K_PAT_STR, O200K_PAT_STR, dump_ranks
+from tokembed.tokenizer.base import Tokenizer
+from tokembed.tokenizer.openai import dump_ranks
+from tokembed.tokenizer.patterns import CL100K_PAT_STR, GPT2_PAT_STR, O200K_PAT_STR
 
 __all__ = ["BACKENDS", "TokenEncoder", "fast_backend_problem", "token_encoder"]
 
@@ -33,27 +33,38 @@ _SCHEMES = {GPT2_PAT_STR: "gpt2", CL100K_PAT_STR: "gpt4", O200K_PAT_STR: "o200k"
 _PROBE = "Hello, world! naïve café 東京 🤖👍🏽 1234567 x=[a_b(c)]\n\t  \n\n   <|endoftext|> 'll 'S\r\n" + "=" * 600
 
 
-def fast_backend_problem(enc: Any) -> str | None:
-    """Why gigatoken cannot encode ``enc`` exactly here, or None when it can."""
+def fast_backend_problem(enc: Tokenizer) -> str | None:
+    """Why gigatoken cannot encode ``enc`` exactly here, or None when it can.
+
+    It needs a tiktoken-style BPE: the tokenizer's optional ``split_pattern`` (one gigatoken implements)
+    and ``mergeable_ranks`` (see `tokembed.tokenizer.Tokenizer`).
+    """
     if importlib.util.find_spec("gigatoken") is None:
         return "gigatoken is not installed (pip install 'tokembed[fast]')"
-    if not isinstance(enc, tiktoken.Encoding) or enc._pat_str not in _SCHEMES:
+    pattern, ranks = _bpe_tables(enc)
+    if pattern not in _SCHEMES or ranks is None:
         return (
             f"gigatoken implements the split patterns of gpt2, r50k_base, cl100k_base and o200k_base, not {enc.name}'s"
         )
-    if sorted(enc._mergeable_ranks.values()) != list(range(len(enc._mergeable_ranks))):
+    if sorted(ranks.values()) != list(range(len(ranks))):
         return f"gigatoken needs ranks 0..n-1 without gaps; {enc.name}'s have gaps"
     return None
 
 
-def _build_gigatoken(enc: tiktoken.Encoding) -> Any:
+def _bpe_tables(enc: Tokenizer) -> tuple[str | None, dict[bytes, int] | None]:
+    """The optional capabilities ``split_pattern`` and ``mergeable_ranks`` (None where absent)."""
+    return getattr(enc, "split_pattern", None), getattr(enc, "mergeable_ranks", None)
+
+
+def _build_gigatoken(enc: Tokenizer) -> Any:
     os.environ.setdefault("RAYON_NUM_THREADS", "1")  # one thread per worker: the workers are the parallelism
     from gigatoken.gigatoken_rs import BPETokenizer
 
     with tempfile.TemporaryDirectory(prefix="tokembed-") as tmp:  # gigatoken reads ranks from a file only
         path = Path(tmp) / f"{enc.name}.tiktoken"
-        path.write_bytes(dump_ranks(enc._mergeable_ranks))
-        return BPETokenizer.from_tiktoken(str(path), _SCHEMES[enc._pat_str], None)  # no specials: encode_ordinary
+        pattern, ranks = _bpe_tables(enc)
+        path.write_bytes(dump_ranks(ranks or {}))
+        return BPETokenizer.from_tiktoken(str(path), _SCHEMES[pattern or ""], None)  # no specials: encode_ordinary
 
 
 class TokenEncoder:
@@ -65,7 +76,7 @@ class TokenEncoder:
             ``"tiktoken"`` (the tokenizer itself: the reference) or ``"gigatoken"`` (an error if it cannot).
     """
 
-    def __init__(self, enc: Any, *, backend: str = "auto"):
+    def __init__(self, enc: Tokenizer, *, backend: str = "auto"):
         if backend not in BACKENDS:
             raise ValueError(f"tokenize backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
         self.enc = enc
@@ -76,11 +87,23 @@ class TokenEncoder:
             )
         self._fast = None if problem else _build_gigatoken(enc)
         self._chars = 0
-        if self._fast is not None and self._reference(_PROBE).tolist() != self._fast.encode(_PROBE).tolist():
+        if self._fast is not None and not self._probe_agrees():
             warnings.warn(
                 f"gigatoken's ids differ from tiktoken's for {enc.name} on a probe text; using tiktoken", stacklevel=2
             )
             self._fast = None
+
+    def _probe_agrees(self) -> bool:
+        """gigatoken's ids of the probe, one text and as a batch, are tiktoken's. (The first batch call of a new
+        gigatoken tokenizer sets up its batch encoder, 0.1-0.7 s: done here, before any unit is timed or read.)"""
+        fast = self._fast
+        if fast is None:
+            return False
+        ref = self._reference(_PROBE).tolist()
+        ids, offsets = _flat(fast.encode_batch([_PROBE, ""], parallel=False))
+        return (
+            fast.encode(_PROBE).tolist() == ref and ids.tolist() == ref and offsets.tolist() == [0, len(ref), len(ref)]
+        )
 
     @property
     def backend(self) -> str:
@@ -108,13 +131,47 @@ class TokenEncoder:
         except TypeError:  # lone surrogates are not UTF-8: tiktoken repairs them
             return self._reference(text)
 
+    def encode_batch(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Ids of many texts with one call where the backend has one (gigatoken's batch encode, on this thread):
+        ``(ids, offsets)``, ``(n,)`` uint32 and ``(len(texts) + 1,)`` int64; text ``i``'s ids are
+        ``ids[offsets[i]:offsets[i + 1]]``, each exactly `encode_ordinary`'s."""
+        if self._fast is not None and texts:
+            chars = sum(map(len, texts))
+            self._chars += chars
+            if self._chars > RESET_CHARS:
+                self._fast, self._chars = _build_gigatoken(self.enc), chars
+            try:
+                return _flat(self._fast.encode_batch(texts, parallel=False))
+            except TypeError:  # a lone surrogate somewhere: one at a time, tiktoken repairing it
+                pass
+        arrays = [self.encode_ordinary(t) for t in texts]
+        offsets = np.zeros(len(arrays) + 1, dtype=np.int64)
+        np.cumsum([len(a) for a in arrays], out=offsets[1:])
+        ids = np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.uint32)
+        return ids.astype(np.uint32, copy=False), offsets
 
-def token_encoder(enc: Any, backend: str = "auto") -> TokenEncoder:
+
+def _flat(rows: Any) -> tuple[np.ndarray, np.ndarray]:
+    """An awkward array of rows of ids (gigatoken's batch result) as ``(ids, offsets)``, without a copy where
+    its layout is one buffer plus offsets."""
+    layout = rows.layout
+    if hasattr(layout, "offsets") and hasattr(layout.content, "data"):
+        offsets = np.asarray(layout.offsets, dtype=np.int64)  # (rows + 1,)
+        ids = np.asarray(layout.content.data)[offsets[0] : offsets[-1]]
+        return ids.astype(np.uint32, copy=False), offsets - offsets[0]
+    import awkward as ak
+
+    offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum(ak.num(rows, axis=1).to_numpy(), out=offsets[1:])
+    return ak.flatten(rows, axis=1).to_numpy().astype(np.uint32, copy=False), offsets
+
+
+def token_encoder(enc: Tokenizer, backend: str = "auto") -> TokenEncoder:
     """This process's `TokenEncoder` for ``enc`` (built once; a forked child builds its own)."""
-    return _encoder(enc, backend, os.getpid())
+    return _encoder(enc, backend, os.getpid())  # type: ignore[arg-type]  # tokenizers are hashable by identity
 
 
 @functools.lru_cache(maxsize=4)
-def _encoder(enc: Any, backend: str, pid: int) -> TokenEncoder:
+def _encoder(enc: Tokenizer, backend: str, pid: int) -> TokenEncoder:
     del pid  # part of the key only: native state is never shared across fork
     return TokenEncoder(enc, backend=backend)

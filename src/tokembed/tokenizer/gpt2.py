@@ -14,20 +14,20 @@ import hashlib
 import importlib.util
 import os
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
-import tiktoken
 from tiktoken.load import data_gym_to_mergeable_bpe_ranks
 
 from tokembed.tokenizer.base import ENDOFTEXT
+from tokembed.tokenizer.patterns import GPT2_PAT_STR
+from tokembed.tokenizer.tiktoken_adapter import TiktokenTokenizer
 
 __all__ = ["GPT2_EOT", "GPT2_N_VOCAB", "GPT2_PAT_STR", "build_gpt2", "gpt2_files", "tiktoken_cache_disabled"]
 
 # The hashes tiktoken checks in tiktoken_ext/openai_public.py::gpt2 (a test keeps them in sync).
 GPT2_VOCAB_BPE_SHA256 = "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5"
 GPT2_ENCODER_JSON_SHA256 = "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783"
-# GPT-2's pre-tokenization regex (tiktoken's r50k_pat_str).
-GPT2_PAT_STR = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}++| ?\p{N}++| ?[^\s\p{L}\p{N}]++|\s++$|\s+(?!\S)|\s"""
 GPT2_N_VOCAB = 50257  # 50,000 merges + 256 byte tokens + <|endoftext|>
 GPT2_EOT = 50256  # <|endoftext|>: the last id
 
@@ -65,7 +65,7 @@ def _check_sha256(path: Path, expected: str) -> None:
 
 
 @contextlib.contextmanager
-def tiktoken_cache_disabled():
+def tiktoken_cache_disabled() -> Iterator[None]:
     """tiktoken copies every file it reads into a cache folder unless TIKTOKEN_CACHE_DIR is ""."""
     with _env_lock:
         old = os.environ.get("TIKTOKEN_CACHE_DIR")
@@ -94,12 +94,13 @@ def gpt2_ranks() -> dict[bytes, int]:
         )
 
 
-def build_gpt2() -> tiktoken.Encoding:
+def build_gpt2() -> TiktokenTokenizer:
     """The ``tiktoken.Encoding`` tiktoken's ``get_encoding("gpt2")`` would build, from local files."""
-    return tiktoken.Encoding(
-        name="gpt2",
+    return TiktokenTokenizer(
+        "gpt2",
         explicit_n_vocab=GPT2_N_VOCAB,
         pat_str=GPT2_PAT_STR,
         mergeable_ranks=gpt2_ranks(),
         special_tokens={ENDOFTEXT: GPT2_EOT},
+        files={"vocab.bpe": GPT2_VOCAB_BPE_SHA256, "encoder.json": GPT2_ENCODER_JSON_SHA256},
     )

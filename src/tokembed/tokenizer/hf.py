@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tokembed.tokenizer.base import ENDOFTEXT, TokenizerIdentity, encode_with_specials
+from tokembed.tokenizer.base import ENDOFTEXT, TokenizerIdentity, encode_with_specials, repair_surrogates
 
 __all__ = ["EOT_CANDIDATES", "HFTokenizer"]
 
@@ -45,7 +45,7 @@ def _is_byte_level(config: dict[str, Any]) -> bool:
         if not isinstance(part, dict):
             return False
         return part.get("type") == "ByteLevel" or any(
-            has(p) for p in part.get("pretokenizers", part.get("decoders", []))
+            has(p) for p in part.get("pretokenizers") or part.get("decoders") or []
         )
 
     return has(config.get("pre_tokenizer")) or has(config.get("decoder"))
@@ -64,19 +64,21 @@ class HFTokenizer:
     """
 
     def __init__(self, path: Path, *, eot: str | None = None):
-        from tokenizers import Tokenizer as _HF
+        self._load(Path(path), eot)
 
-        self.path = Path(path).resolve()
+    def _load(self, path: Path, eot: str | None) -> None:
+        self.path = path.resolve()
         raw = self.path.read_bytes()
         config = _read_config(self.path, raw)
         self._sha256 = hashlib.sha256(raw).hexdigest()
-        self._tok = _HF.from_str(raw.decode("utf-8"))
+        self._tok = _read_tokenizer(self.path, raw)
+        vocab = self._tok.get_vocab(with_added_tokens=True)
         self._tok.encode_special_tokens = True  # encode_ordinary: special tokens in a text are plain text
         self._byte_level = _is_byte_level(config)
         self.document_cut = _document_cut(config)
         self._specials = {t["content"]: int(t["id"]) for t in config.get("added_tokens", []) if t.get("special")}
         self.name = self.path.parent.name if self.path.stem == "tokenizer" else self.path.stem
-        self.n_vocab = max(self._tok.get_vocab(with_added_tokens=True).values()) + 1
+        self.n_vocab = max(vocab.values()) + 1
         self.eot_token = self._find_eot(eot)
         self._eot = eot
 
@@ -102,7 +104,7 @@ class HFTokenizer:
         return {"path": self.path, "eot": self._eot}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["path"], eot=state["eot"])
+        self._load(state["path"], state["eot"])
 
     @property
     def special_tokens_set(self) -> set[str]:
@@ -114,8 +116,21 @@ class HFTokenizer:
         return dict(self._specials)
 
     def encode_ordinary(self, text: str) -> list[int]:
-        """Ids of ``text`` with no special tokens added or recognized."""
-        return self._tok.encode(text, add_special_tokens=False).ids
+        """Ids of ``text`` with no special tokens added or recognized; lone surrogates are U+FFFD (as tiktoken)."""
+        try:
+            return self._tok.encode(text, add_special_tokens=False).ids
+        except TypeError:  # "TextInputSequence must be str": a lone surrogate is not UTF-8
+            repaired = repair_surrogates(text)
+            if repaired == text:
+                raise
+            return self._tok.encode(repaired, add_special_tokens=False).ids
+
+    def encode_ordinary_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        """Ids of each text, encoded in parallel by the tokenizers library (an optional `Tokenizer` capability)."""
+        try:
+            return [e.ids for e in self._tok.encode_batch(list(texts), add_special_tokens=False)]
+        except TypeError:
+            return [self.encode_ordinary(t) for t in texts]
 
     def encode(self, text: str, *, allowed_special: Any = frozenset(), disallowed_special: Any = "all") -> list[int]:
         """tiktoken's ``encode``: allowed special tokens become their ids, disallowed ones are an error."""
@@ -160,6 +175,25 @@ class HFTokenizer:
         )
 
 
+def _read_tokenizer(path: Path, raw: bytes) -> Any:
+    """The tokenizers library's Tokenizer of a tokenizer.json, with a message that names the file if it fails."""
+    from tokenizers import Tokenizer as _HF
+
+    try:
+        tok = _HF.from_str(raw.decode("utf-8"))
+    except Exception as e:  # the tokenizers library raises a bare Exception for a file it cannot use
+        raise ValueError(
+            f"{path} cannot be read by the tokenizers library ({e}); the file is damaged or was edited by hand: "
+            "save the tokenizer again with Tokenizer.save (or give the tokenizer.json a model was saved with)"
+        ) from None
+    if not tok.get_vocab(with_added_tokens=True):
+        raise ValueError(
+            f"{path} has an empty vocabulary (no tokens); train the tokenizer (or give the tokenizer.json a model "
+            "was saved with) before preparing data with it"
+        )
+    return tok
+
+
 def _document_cut(config: dict[str, Any]) -> str | None:
     """GPT-2's own layout (ByteLevel with its regex, nothing before it) cuts like gpt2; others stay whole."""
     pre = config.get("pre_tokenizer") or {}
@@ -175,6 +209,11 @@ def _read_config(path: Path, raw: bytes) -> dict[str, Any]:
         raise ValueError(
             f"{path} is not a Hugging Face tokenizer.json (no 'model' entry); give the tokenizer.json a model was saved with"
         ) from None
+    if not isinstance(model, dict):
+        raise ValueError(
+            f"{path}: its 'model' is {model!r}, not an object with the model's type, vocab and merges; the file is "
+            "damaged or hand-made: save the tokenizer with Tokenizer.save (or give the tokenizer.json a model was saved with)"
+        )
     kind = model.get("type") or (
         "BPE" if "merges" in model else "WordPiece" if "continuing_subword_prefix" in model else None
     )

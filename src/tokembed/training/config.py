@@ -12,6 +12,7 @@ from typing import Any
 
 from tokembed._checks import check_int, check_number, check_positive_int, config_from_dict
 from tokembed._paths import local_path
+from tokembed.data.packing import check_packer
 
 DEFAULT_BATCH_SIZE = 8  # windows per rank when neither batch_size nor global_batch_size is given
 
@@ -24,9 +25,9 @@ class TrainConfig:
     """How to train.
 
     Attributes:
-        data: a shard folder (``tokembed prepare`` output; a URL of a remote one, stored without credentials)
-            or a UTF-8 text file (stored as an absolute path),
-            or a `tokembed.Mixture` of shard folders (stored as its `Mixture.spec`, a dict).
+        data: a shard folder (``tokembed prepare`` output; a URL of a remote one, stored as given, without
+            credentials), a Megatron prefix or a UTF-8 text file (stored as an absolute path),
+            or a `tokembed.Mixture` or `tokembed.PhasedMixture` of shard folders (stored as its ``spec()``, a dict).
         out: the checkpoint directory to write (and resume from).
         max_length: tokens per training window (must not exceed the model's context_length).
         stride: step between window starts (default: max_length, no overlap).
@@ -51,6 +52,10 @@ class TrainConfig:
         init_embeddings: a local GPT-2 weights file whose ``wte``/``wpe`` start the embeddings.
         tokenizer: for a text file, the tokenizer (default ``"gpt2"``); for a shard folder, the one its
             manifest names is used, and naming another here is an error.
+        packing: train on whole documents packed into windows (a `tokembed.data.packing.PACKERS` name, e.g.
+            ``"best-fit"``): attention stays within each document and positions restart at each (the loader's
+            document metadata goes to the model); padding and each document's last token predict nothing.
+            None: sliding windows over the token stream (the chapter's).
     """
 
     data: str | dict
@@ -75,6 +80,7 @@ class TrainConfig:
     init_embeddings: str | None = None
     tokenizer: str | None = None
     global_batch_size: int | None = None
+    packing: str | None = None
 
     def __post_init__(self) -> None:
         # absolute paths (eval and resume work from any folder), or a mixture's spec
@@ -102,6 +108,13 @@ class TrainConfig:
             )
         if self.stride is not None:
             object.__setattr__(self, "stride", check_positive_int("stride", self.stride))
+        if self.packing is not None:
+            object.__setattr__(self, "packing", check_packer(self.packing))
+            if self.stride is not None:
+                raise ValueError(
+                    f"stride={self.stride} does not apply with packing={self.packing!r} (each window holds whole "
+                    "documents from its first slot); leave stride out"
+                )
         object.__setattr__(self, "warmup_steps", check_int("warmup_steps", self.warmup_steps, min=0, noun="an integer"))
         object.__setattr__(self, "lr", check_number("lr", self.lr, min=0.0, min_open=True, noun=""))
         if not 0.0 <= self.min_lr_ratio <= 1.0:
@@ -117,8 +130,9 @@ class TrainConfig:
         object.__setattr__(self, "seed", check_int("seed", self.seed, min=0, noun="an integer"))
 
     @property
-    def window_stride(self) -> int:
-        return self.stride or self.max_length
+    def window_stride(self) -> int | None:
+        """The loader's stride: ``stride``, else ``max_length``; None with packing (windows of whole documents)."""
+        return None if self.packing else self.stride or self.max_length
 
     def rank_batch(self, world_size: int) -> int:
         """Windows per step on each of ``world_size`` ranks (``batch_size``, or the global batch's share)."""
@@ -152,16 +166,17 @@ class TrainConfig:
 def _data_entry(data: Any) -> str | dict:
     """An absolute path, or a mixture's spec (checked: its sources exist and share a tokenizer)."""
     from tokembed.data.mixture import Mixture
+    from tokembed.data.phases import PhasedMixture, mixture_from_spec
 
-    if isinstance(data, Mixture):
+    if isinstance(data, (Mixture, PhasedMixture)):
         return data.spec()
     if isinstance(data, dict):
-        return Mixture.from_spec(data).spec()
+        return mixture_from_spec(data).spec()
     from tokembed.storage.urls import as_url, is_url, local_path_of, public_url
 
     if is_url(data) and local_path_of(data) is None:  # a remote shard folder, recorded without credentials
-        return public_url(as_url(data))  # type: ignore[arg-type]
-    return str(local_path(local_path_of(data) or data, what="the training data").resolve())  # type: ignore[arg-type]
+        return public_url(as_url(data))
+    return str(local_path(local_path_of(data) or data, what="the training data").resolve())
 
 
 def lr_at(step: int, config: TrainConfig) -> float:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -31,7 +32,7 @@ from tokembed.embeddings.names import positional_scheme
 from tokembed.embeddings.rotary import RotaryEmbedding
 from tokembed.model.gpt import GPT
 from tokembed.model.loss import linear_cross_entropy
-from tokembed.training.data import ValidationSource
+from tokembed.training.data import TrainingData, ValidationSource, phase_weighted
 from tokembed.training.device import resolve_device
 from tokembed.training.progress import Progress
 
@@ -207,6 +208,7 @@ def evaluate(
     stride: int | None = None,
     progress: bool | str | Progress = False,
     device: str | None = None,
+    allow_unverified: bool = False,
 ) -> list[dict]:
     """Validation loss and perplexity of a checkpoint at each length, per source and in all.
 
@@ -226,6 +228,7 @@ def evaluate(
         progress: a bar per length on a terminal, a line per length in a log (`Progress.resolve`).
         device: where to run: ``"auto"`` (CUDA, then MPS, then CPU), ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or
             ``"mps"`` (the model is moved there); None leaves the model where it is (a loaded checkpoint: the CPU).
+        allow_unverified: load a checkpoint directory that has no sha256.json (written before tokembed 0.2).
 
     Returns:
         One dict per length, as `evaluate_sources` gives it (``length``, ``stride``, ``loss``,
@@ -239,7 +242,10 @@ def evaluate(
     for name, value in (("max_windows (--max-windows)", max_windows), ("max_tokens (--max-tokens)", max_tokens)):
         if value is not None:  # 0 scores nothing: the question, not the data, is wrong
             check_positive_int(name, value, hint="leave it out to score every window")
-    model, config = load_checkpoint(checkpoint) if not isinstance(checkpoint, tuple) else checkpoint
+    if isinstance(checkpoint, tuple):
+        model, config = checkpoint
+    else:
+        model, config = load_checkpoint(checkpoint, allow_unverified=allow_unverified)
     train_length = int(config.get("train", {}).get("max_length") or model.config.context_length)
     lengths = [train_length * m for m in (1, 2, 4, 8)] if lengths is None else list(lengths)
     _check_evaluate_args(model, lengths, rope_scaling, evaluation, stride)
@@ -317,17 +323,47 @@ def _check_evaluate_args(model: GPT, lengths, rope_scaling, evaluation: str, str
 
 
 def _validation(checkpoint, config: dict, data) -> list[ValidationSource]:
-    """Each source's validation tokens of ``data`` (default: the checkpoint's training data), with its tokenizer."""
-    from tokembed.training.data import check_same_tokenizer, load_training_data
+    """Each source's validation tokens of ``data`` (default: the checkpoint's training data) in the checkpoint's
+    ids: a text file is tokenized with the checkpoint's tokenizer; data prepared with another one is an error."""
+    from tokembed.tokenizer import identity_from_manifest, tokenizer_from_record
+    from tokembed.training.data import load_training_data
 
     train_cfg = config.get("train", {})
     source = data if data is not None else train_cfg.get("data")
     if source is None:
         raise ValueError("the checkpoint does not name its training data; pass data= (--data)")
-    split = load_training_data(
-        source, val_fraction=float(train_cfg.get("val_fraction", 0.1)), tokenizer=train_cfg.get("tokenizer")
+    record = config.get("tokenizer_record") or config.get("tokenizer")
+    trained = identity_from_manifest(record)
+    is_text = not isinstance(source, dict) and Path(source).is_file()
+    text_tokenizer = (
+        (tokenizer_from_record(record) if isinstance(record, dict) else trained.source) if is_text else None
     )
-    check_same_tokenizer(config, split.tokenizer, Path(str(checkpoint if not isinstance(checkpoint, tuple) else "")))
+    split = load_training_data(source, val_fraction=float(train_cfg.get("val_fraction", 0.1)), tokenizer=text_tokenizer)
+    if not split.tokenizer.same_ids(trained):
+        where = "the checkpoint" if isinstance(checkpoint, tuple) else str(checkpoint)
+        raise ValueError(
+            f"{where} was trained on ids of {trained.describe()}, but {source} holds ids of "
+            f"{split.tokenizer.describe()}; evaluate on data prepared with {trained.source} (tokembed prepare TEXT "
+            f"--out DIR --tokenizer {trained.source}), or on a text file (tokenized with the checkpoint's tokenizer)"
+        )
     if not split.validation:
         raise ValueError(f"{source} has no validation split to evaluate on; prepare it with one or pass a text file")
+    if data is None and len(getattr(split.train, "phases", ())) > 1 and not isinstance(checkpoint, tuple):
+        return _at_saved_phase(split, Path(checkpoint), train_cfg)
     return split.validation
+
+
+def _at_saved_phase(split: TrainingData, checkpoint: Path, train_cfg: dict) -> list[ValidationSource]:
+    """A phased mixture's validation sources weighted as the phase of the checkpoint's last step weighs them
+    (as training weighed its validation total then)."""
+    import json
+
+    from tokembed.model.checkpoint import read_checkpoint_file
+
+    state = read_checkpoint_file(checkpoint, "state.json", lambda p: json.loads(p.read_text(encoding="utf-8")))
+    g, length, step = train_cfg.get("global_batch_size"), train_cfg.get("max_length"), state.get("step")
+    if not (g and length and step):
+        return split.validation
+    mixture: Any = split.train  # a PhasedMixture
+    phase = mixture.phase_at((int(step) - 1) * int(g) * int(length))  # the phase of the step's first window
+    return phase_weighted(split.validation, phase, [str(p) for p in mixture.paths])

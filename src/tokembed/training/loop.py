@@ -46,6 +46,7 @@ from tokembed.training.data import TrainingData, data_identity, load_training_da
 from tokembed.training.device import DeviceConfig, Distributed, autocast, init_distributed, resolve_device, to_device
 from tokembed.training.evaluation import evaluate_sources
 from tokembed.training.interrupt import DeferredInterrupt, TrainingInterrupted
+from tokembed.training.phase_log import PhaseLog
 from tokembed.training.progress import Counter, Every, Progress
 from tokembed.training.setup import Saved, out_of, saved_run, settle_config, settle_model
 from tokembed.training.state import TrainState
@@ -144,6 +145,8 @@ def _start(config: TrainConfig, model_config, saved: Saved | None, *, device: De
         verify_checkpoint(out)  # every file exactly as saved (after the setup checks), or the damaged one named
         run.state.restore(out, run.model, run.optimizer, run.loader)
         run.restore_counts(out)
+        for note in run.loader.resume_notes:  # a phased mixture's schedule changed after the resume point
+            run.state.log.setdefault("schedule", []).append({"step": run.state.step, "change": note})
     return run
 
 
@@ -176,6 +179,8 @@ class _Run:
             batch_size=self.batch_size,
             max_length=config.max_length,
             stride=config.window_stride,
+            packing=config.packing,
+            output="documents" if config.packing else "pairs",  # packing: the model reads the documents' bounds
             shuffle=True,
             seed=config.seed,
             drop_last=True,
@@ -187,10 +192,14 @@ class _Run:
             raise ValueError(
                 f"{config.data} gives no full batch of {self.batch_size} windows of {config.max_length} tokens; lower batch_size or max_length"
             )
+        self.phase_log = PhaseLog.of(self.loader)  # a phased mixture: which phase each step reads
+        if self.phase_log is not None:
+            self.phase_log.check_end(config.max_steps, config.max_length)
         self.state = TrainState()
         self.counter: TokenCounter | None = TokenCounter(model_config.vocab_size)
-        self.batches: Iterator[tuple[torch.Tensor, torch.Tensor]] = iter(())
+        self.batches: Iterator[Any] = iter(())  # (inputs, targets), or DocumentBatch es with packing
         self.rate = [0, 0.0]
+        self.progress = Progress("off")  # the loop's (rank 0 shows it)
         # What the data is, whatever its path (rank 0 writes it with each checkpoint; resume compares it).
         self.identity = data_identity(config.data) if dist.is_main else None
 
@@ -225,10 +234,16 @@ class _Run:
         keeping the last checkpoint.
         """
         c, s = self.config, self.state
+        self.progress = progress
         what = f"resuming {c.out} at step {s.step}" if resumed else f"training into {c.out}"
         progress.line(
             f"{what}: GPT with {self.model.num_parameters():,} parameters ({self.model.config.positional} positions); {self.data.description}; {self._batch_words()}"
         )
+        for change in s.log.get("schedule", []):  # a phased mixture's schedule changed after the resume point
+            if change["step"] == s.step:
+                progress.line(f"data: resuming at step {s.step:,}: {change['change']}")
+        if self.phase_log is not None and s.step < end:
+            progress.line(self.phase_log.at_start(s.step + 1))
         counter = progress.counter(total=c.max_steps, initial=s.step, desc="train", unit="step")
         self.rate = [0, 0.0]  # tokens and seconds since the last line shown
         last_saved = s.step if resumed else -1
@@ -264,7 +279,7 @@ class _Run:
         w = self.dist.world_size
         return f"global batch {self.global_batch_size} windows ({self.batch_size} per rank x {w} rank{'s' if w != 1 else ''})"
 
-    def _next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+    def _next_batch(self) -> Any:
         while True:
             try:
                 return next(self.batches)
@@ -282,12 +297,15 @@ class _Run:
         """
         c, s = self.config, self.state
         t_start = time.perf_counter()
-        inputs, targets = to_device(self._next_batch(), self.device)  # (B,T),(B,T) of this rank
+        batch = self._next_batch()  # (inputs, targets), or with packing a DocumentBatch
+        if c.packing:  # attention within documents, positions restarting at each: from the loader's metadata
+            batch = (batch.inputs, batch.targets, batch.document_ids())
+        inputs, targets, *documents = to_device(batch, self.device)  # (B,T),(B,T)[,(B,T)] of this rank
         lr = lr_at(s.step, c)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         with autocast(self.device, self.precision):
-            loss = self.step_model(inputs, targets)  # (B,T),(B,T) -> scalar
+            loss = self.step_model(inputs, targets, *documents)  # (B,T),(B,T)[,(B,T)] -> scalar
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()  # DDP: gradients are averaged over the ranks here
         if c.grad_clip > 0:
@@ -312,6 +330,11 @@ class _Run:
                 "tokens_per_s": tokens / max(seconds, 1e-9),
             }
         )
+        if self.phase_log is not None:  # a phased mixture: the phase of the step, and a line when one starts
+            s.log["train"][-1].update(self.phase_log.entry(s.step))
+            line = self.phase_log.starts_in(s.step)
+            if line:
+                self.progress.line(line)
         return signum
 
     def _share(self, loss: torch.Tensor, signum: int) -> tuple[float, int]:
@@ -344,10 +367,13 @@ class _Run:
             return
         c = self.config
         budget = c.eval_batches * self.global_batch_size  # windows in all, shared by the sources by weight
+        sources = self.data.validation
+        if self.phase_log is not None:  # the same windows each time; the total weighs them as the phase in effect
+            sources = self.phase_log.weigh(sources, self.state.step)
         with autocast(self.device, self.precision):
             row = evaluate_sources(
                 self.model,
-                self.data.validation,
+                sources,
                 length=c.max_length,
                 batch_size=self.batch_size,
                 max_windows=[weighted_share(budget, v.weight) for v in self.data.validation],
@@ -424,8 +450,10 @@ class _LossStep(torch.nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        return self.model.loss(inputs, targets)  # (B,T),(B,T) -> scalar
+    def forward(
+        self, inputs: torch.Tensor, targets: torch.Tensor, document_ids: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        return self.model.loss(inputs, targets, document_ids=document_ids)  # (B,T),(B,T)[,(B,T)] -> scalar
 
 
 def _step_model(model: GPT, device: DeviceConfig, dist: Distributed, where: torch.device) -> torch.nn.Module:
@@ -462,9 +490,10 @@ def _init_from_gpt2(model: GPT, path: str) -> None:
         )
     with torch.no_grad():
         model.embed.token.weight.copy_(wte)
-        if positional_scheme(c.positional).bounded:  # a table of positions, like GPT-2's wpe
+        position = model.embed.position  # a bounded scheme's module is a table of positions, like GPT-2's wpe
+        if positional_scheme(c.positional).bounded and position is not None:
             if wpe.shape[1] != c.dim or wpe.shape[0] < c.context_length:
                 raise ValueError(
                     f"GPT-2 position table has shape {tuple(wpe.shape)}, the model needs at least ({c.context_length}, {c.dim})"
                 )
-            model.embed.position.weight.copy_(wpe[: c.context_length])
+            position.weight.copy_(wpe[: c.context_length])

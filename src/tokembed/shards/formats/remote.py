@@ -54,10 +54,10 @@ class RemoteInput:
         return self.store.read(self.key, offset, end) if end > offset else b""
 
     def stream(self) -> BinaryIO:
-        return io.BufferedReader(RangedFile(self), buffer_size=_STREAM_BUFFER)  # type: ignore[arg-type]
+        return io.BufferedReader(RangedFile(self), buffer_size=_STREAM_BUFFER)
 
     def open_file(self) -> BinaryIO:
-        return io.BufferedReader(RangedFile(self), buffer_size=_FILE_BUFFER)  # type: ignore[arg-type]
+        return io.BufferedReader(RangedFile(self), buffer_size=_FILE_BUFFER)
 
     def close(self) -> None:
         pass
