@@ -50,7 +50,7 @@ from tokembed.data.mixture_windows import MixtureWindows
 from tokembed.data.packed import PackedWindows
 from tokembed.data.plan import RankPlan, rank_plan
 from tokembed.data.shuffle import FeistelPermutation
-from tokembed.data.windows import SlidingWindowDataset
+from tokembed.data.windows import SlidingWindowDataset, WindowSource
 
 __all__ = ["LoaderConfig", "WindowDataLoader", "WindowLoader", "create_dataloader", "resolve_rank"]
 
@@ -347,7 +347,7 @@ class WindowLoader:
         if self.num_workers == 0:
             source: Any = iter(stream)
         else:
-            kw = {} if cfg.prefetch_factor is None else {"prefetch_factor": cfg.prefetch_factor}
+            kw: dict[str, Any] = {} if cfg.prefetch_factor is None else {"prefetch_factor": cfg.prefetch_factor}
             source = iter(
                 torch.utils.data.DataLoader(
                     stream,
@@ -523,7 +523,7 @@ def _per_rank_batch(batch_size, global_batch_size, rank, world_size) -> int:
 
 
 def create_dataloader(
-    source,
+    source: WindowSource | SlidingWindowDataset,
     *,
     batch_size: int | None = None,
     max_length: int | None = None,
@@ -604,12 +604,23 @@ def create_dataloader(
         max_documents=max_documents,
     )
     resolve_rank(rank, world_size)
-    options = dict(max_length=max_length, stride=stride, within_documents=within_documents, split=split, verify=verify)
+    options: dict[str, Any] = dict(
+        max_length=max_length, stride=stride, within_documents=within_documents, split=split, verify=verify
+    )
     dataset = _dataset(source, packing=packing, **options)
     return WindowLoader(dataset, config, rank=rank, world_size=world_size)
 
 
-def _dataset(source, *, max_length, stride, within_documents, split, verify, packing) -> SlidingWindowDataset:
+def _dataset(
+    source: WindowSource | SlidingWindowDataset,
+    *,
+    max_length: int | None,
+    stride: int | None,
+    within_documents: bool,
+    split: str | None,
+    verify: bool,
+    packing: str | None,
+) -> SlidingWindowDataset:
     """The windows `create_dataloader` reads: ``source`` itself when it is a dataset, else built from it."""
     if isinstance(source, SlidingWindowDataset):
         for name, value in (("max_length", max_length), ("stride", stride), ("packing", packing)):
@@ -626,7 +637,9 @@ def _dataset(source, *, max_length, stride, within_documents, split, verify, pac
         return source
     if max_length is None:
         raise TypeError("create_dataloader() needs max_length (tokens per window), e.g. max_length=256")
-    options = dict(max_length=max_length, stride=stride, within_documents=within_documents, split=split, verify=verify)
+    options: dict[str, Any] = dict(
+        max_length=max_length, stride=stride, within_documents=within_documents, split=split, verify=verify
+    )
     if packing is None:
         return SlidingWindowDataset(source, **options)
     variant = getattr(source, "window_dataset_class", None)

@@ -180,7 +180,7 @@ class MixtureWindows(SlidingWindowDataset):
         """The tokens of a window that crosses a shard boundary of its source (a new array)."""
         s = int(np.searchsorted(self._offsets, start, side="right")) - 1
         local = start - int(self._offsets[s])
-        return self.sources[s]._shards.read(local, local + self.max_length + 1)
+        return self.sources[s]._read(local, local + self.max_length + 1)
 
     def _window_starts(self, codes: np.ndarray) -> np.ndarray:
         """Where coded windows start in the sources' streams end to end: (B,) int64."""

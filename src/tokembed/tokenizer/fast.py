@@ -96,12 +96,13 @@ class TokenEncoder:
     def _probe_agrees(self) -> bool:
         """gigatoken's ids of the probe, one text and as a batch, are tiktoken's. (The first batch call of a new
         gigatoken tokenizer sets up its batch encoder, 0.1-0.7 s: done here, before any unit is timed or read.)"""
+        fast = self._fast
+        if fast is None:
+            return False
         ref = self._reference(_PROBE).tolist()
-        ids, offsets = _flat(self._fast.encode_batch([_PROBE, ""], parallel=False))
+        ids, offsets = _flat(fast.encode_batch([_PROBE, ""], parallel=False))
         return (
-            self._fast.encode(_PROBE).tolist() == ref
-            and ids.tolist() == ref
-            and offsets.tolist() == [0, len(ref), len(ref)]
+            fast.encode(_PROBE).tolist() == ref and ids.tolist() == ref and offsets.tolist() == [0, len(ref), len(ref)]
         )
 
     @property

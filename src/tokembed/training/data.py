@@ -9,12 +9,15 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tokembed._paths import local_path
 from tokembed.tokenizer.base import TokenizerIdentity, TokenizerLike
+
+if TYPE_CHECKING:
+    from tokembed.data.windows import WindowSource
 
 
 @dataclass(frozen=True)
@@ -46,7 +49,7 @@ class TrainingData:
         tokenizer: the tokenizer that made the ids (vocabulary size, end-of-text id).
     """
 
-    train: object
+    train: WindowSource
     validation: list[ValidationSource]
     description: str
     n_train_tokens: int

@@ -490,9 +490,10 @@ def _init_from_gpt2(model: GPT, path: str) -> None:
         )
     with torch.no_grad():
         model.embed.token.weight.copy_(wte)
-        if positional_scheme(c.positional).bounded:  # a table of positions, like GPT-2's wpe
+        position = model.embed.position  # a bounded scheme's module is a table of positions, like GPT-2's wpe
+        if positional_scheme(c.positional).bounded and position is not None:
             if wpe.shape[1] != c.dim or wpe.shape[0] < c.context_length:
                 raise ValueError(
                     f"GPT-2 position table has shape {tuple(wpe.shape)}, the model needs at least ({c.context_length}, {c.dim})"
                 )
-            model.embed.position.weight.copy_(wpe[: c.context_length])
+            position.weight.copy_(wpe[: c.context_length])
