@@ -202,7 +202,9 @@ def _raw(name: str, backend: str, docs: list[str]) -> tuple[float, int]:
     return _time_one(fn, docs)
 
 
-def _prepare_seconds(name: str, backend: str, corpus: Path, workers: int) -> tuple[float, int, str]:
+def _prepare_seconds(name: str, backend: str, corpus: Path, workers: int, prof=None) -> tuple[float, int, str]:
+    """Seconds of `prepare_corpus` (a fresh encoder built first, outside the time), its tokens and the folder's
+    hash; under the profiler ``prof`` (only the call itself) when given."""
     import shutil
     import tempfile
 
@@ -211,9 +213,13 @@ def _prepare_seconds(name: str, backend: str, corpus: Path, workers: int) -> tup
     _fresh_encoder(name, backend)
     out = Path(tempfile.mkdtemp(prefix="bench-tok-"))
     try:
+        if prof is not None:
+            prof.enable()
         t0 = time.perf_counter()
         r = prepare_corpus([corpus], out / "s", tokenizer=name, backend=backend, workers=workers, progress=False)
         dt = time.perf_counter() - t0
+        if prof is not None:
+            prof.disable()
         return dt, sum(s["tokens"] for s in r.manifest["splits"].values()), _folder_hash(out / "s")
     finally:
         shutil.rmtree(out)
@@ -261,15 +267,16 @@ def bench_prepare(files: dict[str, Path], docs: list[str], repeats: int, backend
 
 # ------------------------------------------------------------------------------------ profile of one worker
 
+OTHER = "the run around the units (inputs, identity, lock, plan.json)"
 # Where each function's time goes: the step of the nearest caller named here (functions named nowhere, and the
 # library code they call, pass their time up to their callers in proportion to the time spent in each call).
-HARNESS = "the benchmark itself (not counted)"
 STEPS = {
     "read": ["units.py:_read"],
     "hash input": ["units.py:_input_hash"],
     "decode UTF-8": ["base.py:decode", "base.py:decode_all", "base.py:refuse_non_text", "base.py:unicode"],
     "parse (JSON, lines, rows)": [
         "jsonl.py:line_text",
+        "jsonl.py:_loads",
         "bytes.py:texts",
         "parquet.py:texts",
         "parquet.py:row_records",
@@ -278,13 +285,20 @@ STEPS = {
     ],
     "blank / val split": ["units.py:_gather", "units.py:_route", "units.py:_in_val"],
     "tokenize (the tokenizer's own call)": ["BPETokenizer", "tiktoken/core.py:", "_tiktoken"],
-    "cut + convert ids (EOT, index, dtype)": ["units.py:flush", "units.py:add", "units.py:result", "fast.py:"],
+    "cut + convert ids (EOT, index, dtype)": [
+        "units.py:flush",
+        "units.py:add",
+        "units.py:result",
+        "fast.py:encode_batch",
+        "fast.py:_flat",
+        "fast.py:encode_ordinary",
+    ],
     "count (per-file stats, token counts)": ["units.py:_count", "counts.py:"],
     "join parts + sha256": ["units.py:join_parts"],
     "write + fsync shards and records": ["folder.py:write_unit"],
     "manifest (JSON, seal)": ["prepare.py:_write_manifest"],
     "plan (spans, units, parts)": ["units.py:iter_units", "units.py:unit_parts"],
-    HARNESS: ["bench_tokenize.py:_folder_hash", "bench_tokenize.py:_fresh_encoder", "shutil.py:rmtree", "tempfile.py:"],
+    "give memory back (malloc_trim)": ["units.py:trim_heap"],
 }
 
 
@@ -310,7 +324,7 @@ def step_shares(stats: dict) -> dict[str, float]:
         step = _step_of(func)
         callers = stats[func][4] if func in stats else {}
         if step is not None or not callers or func in seen:
-            out = {step or "other": 1.0}
+            out = {step or OTHER: 1.0}
         else:
             weights = {c: e[3] for c, e in callers.items() if c in stats}
             total = sum(weights.values()) or 1.0
@@ -318,7 +332,7 @@ def step_shares(stats: dict) -> dict[str, float]:
             for c, w in weights.items():
                 for k, v in share(c, seen | {func}).items():
                     out[k] = out.get(k, 0.0) + v * w / total
-            out = out or {"other": 1.0}
+            out = out or {OTHER: 1.0}
         memo[func] = out
         return out
 
@@ -339,11 +353,8 @@ def profile(name: str, backend: str, fmt: str, size_mb: float) -> dict:
     dt, tokens, _ = _prepare_seconds(name, backend, files[fmt], 1)
     raw_dt, raw_tokens = _raw(name, backend, documents(size_mb))
     prof = cProfile.Profile()
-    prof.enable()
-    _prepare_seconds(name, backend, files[fmt], 1)
-    prof.disable()
+    _prepare_seconds(name, backend, files[fmt], 1, prof)
     seconds = step_shares(pstats.Stats(prof).stats)
-    seconds.pop(HARNESS, None)
     total = sum(seconds.values())
     print(
         f"{name}, {backend}, {fmt}, {size_mb:g} MB, 1 worker: prepare {tokens / dt / 1e6:.2f} M tok/s, raw "
