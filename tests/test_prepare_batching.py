@@ -17,6 +17,7 @@ from tokembed._atomic import dumps_indented
 from tokembed.shards.config import PrepareConfig
 from tokembed.shards.formats.base import RecordContext, Span
 from tokembed.shards.formats.jsonl import JsonLinesFormat
+from tokembed.tokenizer import fast
 from tokembed.tokenizer.fast import TokenEncoder
 
 # ------------------------------------------------------------------------------------------- JSON writer
@@ -65,9 +66,13 @@ _texts = st.lists(
 )
 
 
-@pytest.fixture(scope="module", params=["tiktoken", "gigatoken"])
+@pytest.fixture(scope="module", params=["tiktoken", "gigatoken", "gigatoken batches"])
 def encoder(request):
-    return TokenEncoder(tokembed.get_tokenizer("gpt2"), backend=request.param)
+    enc = TokenEncoder(tokembed.get_tokenizer("gpt2"), backend=request.param.split()[0])
+    if request.param.endswith("batches"):  # its batch encoder from the first text on, as after BATCH_AFTER_CHARS
+        enc._seen = fast.BATCH_AFTER_CHARS
+        assert enc._batching()
+    return enc
 
 
 @given(texts=_texts)
@@ -198,3 +203,23 @@ def test_parquet_rows_decode_as_one_by_one(values):
             return str(e)
 
     assert run(True) == run(False)
+
+
+def test_prepare_writes_the_same_bytes_through_gigatokens_batch_encoder(tmp_path, monkeypatch):
+    from tokembed.shards.prepare import prepare_corpus
+
+    lines = [
+        json.dumps({"text": f"document {i}: " + "naïve café 東京 " * (i % 7) + "x" * (i % 300)}) for i in range(400)
+    ]
+    (tmp_path / "in.jsonl").write_text("\n".join(lines) + "\n\n", encoding="utf-8")
+
+    def run(out: str) -> dict[str, bytes]:
+        fast._encoder.cache_clear()  # a new encoder, built under the patched threshold
+        prepare_corpus([tmp_path / "in.jsonl"], tmp_path / out, backend="gigatoken", workers=1, val_fraction=0.2)
+        return {str(p.relative_to(tmp_path / out)): p.read_bytes() for p in (tmp_path / out).rglob("*") if p.is_file()}
+
+    per_text = run("per-text")
+    monkeypatch.setattr(fast, "BATCH_AFTER_CHARS", 0)
+    batched = run("batched")
+    fast._encoder.cache_clear()
+    assert batched == per_text and any(k.startswith("val/") for k in batched)
