@@ -333,11 +333,11 @@ def test_cli_train_eval_and_resume(tmp_path, capsys):
         "2",
         "--eval-batches",
         "1",
-        "--no-progress",
+        "--quiet",
     ]
     assert main(args) == 0
     assert "step 2: train loss" in capsys.readouterr().out
-    assert main(["train", str(STORY), "--out", str(out), "--resume", "--steps", "3", "--no-progress"]) == 0
+    assert main(["train", str(STORY), "--out", str(out), "--resume", "--steps", "3", "--quiet"]) == 0
     assert json.loads((out / "config.json").read_text())["step"] == 3
     assert main(["eval", str(out), "--lengths", "16,64", "--max-windows", "2"]) == 0
     table = capsys.readouterr().out
@@ -374,7 +374,7 @@ def test_cli_model_options_reach_the_checkpoint(tmp_path, capsys):
         "1",
         "--eval-batches",
         "1",
-        "--no-progress",
+        "--quiet",
     ]
     assert main(args) == 0
     model = json.loads((out / "config.json").read_text())["model"]
@@ -399,7 +399,7 @@ def test_cli_model_options_reach_the_checkpoint(tmp_path, capsys):
     ],
 )
 def test_cli_bad_model_options(tmp_path, capsys, extra, msg):
-    assert main(["train", str(STORY), "--out", str(tmp_path / "x"), "--steps", "1", "--no-progress", *extra]) == 2
+    assert main(["train", str(STORY), "--out", str(tmp_path / "x"), "--steps", "1", "--quiet", *extra]) == 2
     assert f"tokembed train: error: {msg}" in capsys.readouterr().err
 
 
@@ -417,7 +417,7 @@ def test_cli_eval_of_a_missing_checkpoint(tmp_path, capsys):
 @pytest.mark.slow
 def test_positions_experiment_quick(tmp_path, capsys):
     out = tmp_path / "exp"
-    args = ["experiment", "positions", str(STORY), "--out", str(out), "--quick", "--no-progress"]
+    args = ["experiment", "positions", str(STORY), "--out", str(out), "--quick", "--quiet"]
     assert main([*args, "--tokenizer", "bytes"]) == 0
     doc = json.loads((out / "results.json").read_text())
     assert doc["lengths"] == [16, 32]
@@ -559,5 +559,5 @@ def test_cli_resume_on_other_data_is_refused(tmp_path, capsys):
     train(cfg(tmp_path, max_steps=1), TINY, progress=False)
     other = tmp_path / "other.txt"
     other.write_text("hello " * 200)
-    assert main(["train", str(other), "--out", str(tmp_path / "run"), "--resume", "--no-progress"]) == 2
+    assert main(["train", str(other), "--out", str(tmp_path / "run"), "--resume", "--quiet"]) == 2
     assert "--resume: the checkpoint was trained on" in capsys.readouterr().err

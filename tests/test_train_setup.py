@@ -101,7 +101,7 @@ def test_resume_auto_starts_then_resumes(tmp_path, reference):
 
 
 def test_a_fresh_run_needs_data(tmp_path):
-    with pytest.raises(ValueError, match=r"no training data: give data \(DATA or --source\) to start a run"):
+    with pytest.raises(ValueError, match=r"no training data: give data \(DATA, --source or --mixture\) to start a run"):
         train({"out": str(tmp_path / "new")}, progress=False)
 
 
@@ -188,18 +188,18 @@ def test_a_shard_folder_is_known_by_its_manifest_not_its_path(tmp_path, story):
 def test_cli_resume_without_data_and_resume_auto(tmp_path, reference, capsys):
     out = tmp_path / "cli"
     start = ["train", str(STORY), "--out", str(out), *SMALL, *SCHEDULE, "--steps", "6", "--stop-at", "2"]
-    assert main([*start, "--no-progress"]) == 0
+    assert main([*start, "--quiet"]) == 0
     assert json.loads((out / "state.json").read_text())["step"] == 2
-    assert main(["train", "--out", str(out), "--resume", "--stop-at", "4", "--no-progress"]) == 0  # no DATA
-    assert main(["train", "--resume", "auto", "--out", str(out), "--no-progress"]) == 0
+    assert main(["train", "--out", str(out), "--resume", "--stop-at", "4", "--quiet"]) == 0  # no DATA
+    assert main(["train", "--resume", "auto", "--out", str(out), "--quiet"]) == 0
     assert losses(out) == reference
     fresh = tmp_path / "fresh"
-    args = ["train", str(STORY), "--out", str(fresh), *SMALL, *SCHEDULE, "--steps", "6", "--no-progress"]
+    args = ["train", str(STORY), "--out", str(fresh), *SMALL, *SCHEDULE, "--steps", "6", "--quiet"]
     assert main([*args, "--resume", "auto"]) == 0 and losses(fresh) == reference  # nothing to resume: started
     assert main([*args, "--resume", "auto"]) == 0  # finished: nothing more to do, no error
     capsys.readouterr()
-    assert main(["train", "--out", str(tmp_path / "none"), "--no-progress"]) == 2
-    assert "no training data: give data (DATA or --source)" in capsys.readouterr().err
+    assert main(["train", "--out", str(tmp_path / "none"), "--quiet"]) == 2
+    assert "no training data: give data (DATA, --source or --mixture)" in capsys.readouterr().err
 
 
 # -------------------------------------------------------------------------------------- the global batch

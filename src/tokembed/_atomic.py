@@ -108,7 +108,7 @@ def atomic_open(path: str | os.PathLike, mode: str = "w"):
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.tmp-")
     os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; give the mode open() would
     try:
-        text = {} if "b" in mode else {"encoding": "utf-8", "newline": "\n"}
+        text: dict[str, Any] = {} if "b" in mode else {"encoding": "utf-8", "newline": "\n"}
         with os.fdopen(fd, mode, **text) as f:
             yield f
             f.flush()
@@ -126,7 +126,7 @@ def atomic_open(path: str | os.PathLike, mode: str = "w"):
 
 def atomic_write(path: str | os.PathLike, data: bytes | memoryview | np.ndarray) -> None:
     """Write ``data`` (bytes, or an array's raw bytes) to ``path`` atomically."""
-    buf = memoryview(np.ascontiguousarray(data)).cast("B") if isinstance(data, np.ndarray) else memoryview(data)
+    buf = np.ascontiguousarray(data).data.cast("B") if isinstance(data, np.ndarray) else memoryview(data)
     with atomic_open(path, "wb") as f:
         f.write(buf)
 

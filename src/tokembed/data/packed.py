@@ -19,7 +19,7 @@ import torch
 
 from tokembed.data.batch import IGNORE_INDEX, DocumentBatch, DocumentLayout
 from tokembed.data.packing import PackingPlan, cached_plan, check_packer, plan_packing
-from tokembed.data.windows import SlidingWindowDataset
+from tokembed.data.windows import SlidingWindowDataset, WindowSource
 from tokembed.shards.reader import ShardSet
 
 __all__ = ["PackedWindows"]
@@ -52,7 +52,7 @@ class PackedWindows(SlidingWindowDataset):
 
     def __init__(
         self,
-        source=None,
+        source: WindowSource | None = None,
         *,
         max_length: int,
         packing: str = "best-fit",

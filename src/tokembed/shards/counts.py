@@ -33,8 +33,8 @@ def split_token_counts(root: Path, manifest: dict[str, Any]) -> dict[str, dict[s
                 if part.shape[0] > counts.shape[0]:
                     counts = np.pad(counts, (0, part.shape[0] - counts.shape[0]))
                 counts[: part.shape[0]] += part
-        ids = np.flatnonzero(counts)  # (distinct ids,)
-        out[split] = dict(zip(map(str, ids.tolist()), counts[ids].tolist()))
+        present = np.flatnonzero(counts)  # (distinct ids,)
+        out[split] = dict(zip(map(str, present.tolist()), counts[present].tolist()))
     return out
 
 

@@ -361,7 +361,7 @@ def join_parts(results: list[dict[str, Any]]) -> dict[str, Any]:
         out["splits"][s] = {
             "tokens": tokens,
             "index": index,
-            "sha256": hashlib.sha256(memoryview(tokens).cast("B")).hexdigest(),
-            "index_sha256": hashlib.sha256(memoryview(index).cast("B")).hexdigest(),
+            "sha256": hashlib.sha256(tokens.data.cast("B")).hexdigest(),
+            "index_sha256": hashlib.sha256(index.data.cast("B")).hexdigest(),
         }
     return out

@@ -98,10 +98,13 @@ class TokenEncoder:
 
     def _probe_agrees(self, *, batch: bool = False) -> bool:
         """gigatoken's ids of the probe (one text, or as a batch) are tiktoken's."""
+        fast = self._fast
+        if fast is None:
+            return False
         ref = self._reference(_PROBE).tolist()
         if not batch:
-            return self._fast.encode(_PROBE).tolist() == ref
-        ids, offsets = _flat(self._fast.encode_batch([_PROBE, ""], parallel=False))
+            return fast.encode(_PROBE).tolist() == ref
+        ids, offsets = _flat(fast.encode_batch([_PROBE, ""], parallel=False))
         return ids.tolist() == ref and offsets.tolist() == [0, len(ref), len(ref)]
 
     def _batching(self) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from tokembed.shards.formats.base import RecordContext
 from tokembed.shards.formats.bytes import LinesFormat
@@ -20,10 +21,10 @@ def _json_problem(e: Exception) -> str:
     return str(e).split(";")[0]  # "Exceeds the limit (4300 digits) for integer string conversion: ..."
 
 
-_SCAN = json.JSONDecoder().scan_once  # json.loads' own (C) scanner, with json.loads' defaults
+_SCAN = json.JSONDecoder().scan_once  # type: ignore[attr-defined]  # json.loads' own (C) scanner, set by JSONDecoder.__init__ (typeshed omits it)
 
 
-def _loads(text: str):  # type: ignore[no-untyped-def]  # -> the JSON value
+def _loads(text: str) -> Any:  # -> the JSON value
     """``json.loads(text)``: an object line with nothing around it goes straight to json's scanner (json.loads
     would match whitespace at both ends first); anything else, and any error, through json.loads itself."""
     if text[:1] == "{" and text[-1:] == "}":
