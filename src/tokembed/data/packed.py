@@ -59,6 +59,8 @@ class PackedWindows(SlidingWindowDataset):
         pad_token: the id that fills the padding.
     """
 
+    _data_key: str  # what the cached plan and materialized windows are keyed by (shard folders)
+
     def __init__(
         self,
         source=None,
