@@ -35,12 +35,14 @@ test: $(VENV)/.installed-dev lint
 test-fast: $(VENV)/.installed-dev lint
 	$(BIN)/python -m pytest -q -m "not slow" $(ARGS)
 
+# ruff (lint + format), then mypy over src/tokembed ([tool.mypy] in pyproject.toml; its cache is .mypy_cache/).
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/mypy
 
 bench: $(VENV)/.installed-dev
 	for b in benchmarks/bench_*.py; do $(BIN)/python $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) build src/*.egg-info .pytest_cache
+	rm -rf $(VENV) build src/*.egg-info .pytest_cache .mypy_cache

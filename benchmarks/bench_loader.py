@@ -14,6 +14,10 @@
        corpus's text for the run).
    Every speed is measured after an untimed warm-up (for tokembed, one whole epoch, so that the
    process has mapped the shards' pages, as in any epoch of a training run after its first).
+   Mixtures, at 8 x 1024, in turns in the same run: one folder, a ``tokembed.Mixture`` of three sources
+   (hard links of the folder: 0.5 / 0.3 / 0.2), and a 3-phase ``tokembed.PhasedMixture`` of them whose two
+   phase changes fall inside the timed batches (``--mixture-only``: just these, to results/loader-mixture.json);
+   by wall-clock and by CPU time (``time.process_time``, which the other jobs of a shared machine disturb less).
    And at 8 x 1024, in turns in the same run: ``return_documents=True`` (document metadata),
    ``packing="best-fit"`` (with and without metadata; gathered from the shards, and ``materialize=True``: the
    packed windows written once to the cache, read as rows) and ``output="rows"`` against plain windows; and the
@@ -247,17 +251,40 @@ def mixture_sources(root: Path) -> list[Path]:
     return out
 
 
+def phased_mixture(paths: list[Path], b: int, t: int, n_batches: int):
+    """A 3-phase schedule over the three sources whose two phase changes fall inside the timed batches (after
+    `ours_run`'s warm-up epoch, which is the first phase's: its sources' windows // b steps), each a few windows
+    into a step; the first source leaves in the third phase."""
+    import tokembed
+
+    weights = {paths[0]: 0.5, paths[1]: 0.3, paths[2]: 0.2}
+    epoch = len(tokembed.SlidingWindowDataset(tokembed.Mixture(weights), max_length=t, stride=t)) // b * b  # windows
+    n = min(n_batches, epoch // b)
+    starts = [(epoch + k * n * b // 3 + 3) * t for k in (1, 2)]  # tokens
+    return tokembed.PhasedMixture(
+        [
+            (0, weights),
+            (starts[0], {paths[0]: 0.2, paths[1]: 0.5, paths[2]: 0.3}),
+            (starts[1], {paths[1]: 0.4, paths[2]: 0.6}),
+        ]
+    )
+
+
 def bench_mixture(args, root: Path) -> dict:
-    """A `Mixture` of 3 sources (0.5/0.3/0.2) against the one folder, 8 x 1024 shuffled, timed in turns."""
+    """One folder, a `Mixture` of 3 sources (0.5/0.3/0.2) and a 3-phase `PhasedMixture` of them, 8 x 1024
+    shuffled, timed in turns in one run, by wall-clock and by CPU time (`time.process_time`: what this process
+    used, which the other jobs of a shared machine disturb far less)."""
     import tokembed
 
     b, t = 8, 1024
     paths = mixture_sources(root)
     mixture = tokembed.Mixture({paths[0]: 0.5, paths[1]: 0.3, paths[2]: 0.2})
-    one_run, mix_run = ours_run(root, b, t, args.batches), ours_run(mixture, b, t, args.batches)
-    rates: dict[str, list[float]] = {"one": [], "mix": [], "one_cpu": [], "mix_cpu": []}
-    for _ in range(args.repeats):  # in turns; CPU time too, which other jobs on a shared machine disturb less
-        for name, run in (("one", one_run), ("mix", mix_run)):
+    phased = phased_mixture(paths, b, t, args.batches)
+    runs = {"one": ours_run(root, b, t, args.batches), "mix": ours_run(mixture, b, t, args.batches)}
+    runs["phased"] = ours_run(phased, b, t, args.batches)
+    rates: dict[str, list[float]] = {k + sfx: [] for k in runs for sfx in ("", "_cpu")}
+    for _ in range(args.repeats):  # in turns, so that all meet the same moments of a shared machine
+        for name, run in runs.items():
             cpu = time.process_time()
             tokens, sec = run()
             rates[name].append(tokens / sec)
@@ -267,9 +294,16 @@ def bench_mixture(args, root: Path) -> dict:
     row.update(mixture_tok_s=best["mix"], vs_one_folder=best["mix"] / best["one"])
     row.update(one_folder_cpu_tok_s=best["one_cpu"], mixture_cpu_tok_s=best["mix_cpu"])
     row["cpu_vs_one_folder"] = best["mix_cpu"] / best["one_cpu"]
+    row["phases"] = [{"start": ph.start, "weights": [float(w) for w in ph.weights]} for ph in phased.phases]
+    row.update(phased_tok_s=best["phased"], phased_cpu_tok_s=best["phased_cpu"])
+    row.update(
+        phased_vs_mixture=best["phased"] / best["mix"], phased_cpu_vs_mixture=best["phased_cpu"] / best["mix_cpu"]
+    )
+    row["phased_cpu_vs_one_folder"] = best["phased_cpu"] / best["one_cpu"]
     print(
         f"  mixture {b} x {t}: {row['mixture_tok_s'] / 1e6:.1f} M tok/s, {row['vs_one_folder']:.2f}x one folder "
-        f"({row['cpu_vs_one_folder']:.2f}x by CPU time)",
+        f"({row['cpu_vs_one_folder']:.2f}x by CPU time); 3 phases: {row['phased_vs_mixture']:.2f}x the mixture "
+        f"({row['phased_cpu_vs_mixture']:.2f}x by CPU time)",
         file=sys.stderr,
     )
     return row
@@ -478,12 +512,14 @@ def report(res: dict) -> str:
     m = res.get("mixture")
     if m:
         lines += [
-            "### A mixture of 3 sources (0.5 / 0.3 / 0.2) vs one folder, shuffled, the same run",
+            "### One folder, a mixture of 3 sources (0.5 / 0.3 / 0.2), and a 3-phase schedule of them, shuffled, the same run",
             "",
-            "| batch x length | one folder (M tok/s) | mixture (M tok/s) | mixture / one folder | by CPU time |",
-            "|---|---:|---:|---:|---:|",
+            "| batch x length | one folder (M tok/s) | mixture (M tok/s) | 3 phases (M tok/s) | mixture / one folder "
+            "| 3 phases / mixture | by CPU time: mixture / one folder | 3 phases / mixture |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|",
             f"| {m['shape']} | {m['one_folder_tok_s'] / 1e6:.1f} | {m['mixture_tok_s'] / 1e6:.1f} | "
-            f"{m['vs_one_folder']:.2f}x | {m['cpu_vs_one_folder']:.2f}x |",
+            f"{m['phased_tok_s'] / 1e6:.1f} | {m['vs_one_folder']:.2f}x | {m['phased_vs_mixture']:.2f}x | "
+            f"{m['cpu_vs_one_folder']:.2f}x | {m['phased_cpu_vs_mixture']:.2f}x |",
             "",
         ]
     lines += report_documents(res.get("documents"))
@@ -557,7 +593,12 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="smaller corpus and fewer batches")
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--mixture-only", action="store_true", help="only the mixture row (results/loader-mixture.json)")
+    p.add_argument("--batches", type=int, default=None, help="timed batches per repeat (default 600; 200 with --quick)")
+    p.add_argument(
+        "--mixture-only",
+        action="store_true",
+        help="only the row of one folder, a mixture and a 3-phase schedule (results/loader-mixture.json)",
+    )
     p.add_argument(
         "--documents-only",
         action="store_true",
@@ -566,7 +607,7 @@ def main() -> None:
     args = p.parse_args()
     args.shard_mb, args.book_mb, args.dropin_mb = (20, 6, 2) if args.quick else (100, 16, 10)
     args.copy_mb = 64 if args.quick else 256
-    args.batches = 200 if args.quick else 600
+    args.batches = args.batches or (200 if args.quick else 600)
     args.dropin_batches = 5000 if args.quick else 20000  # at least this many batches of whole epochs
     DATA.mkdir(parents=True, exist_ok=True)
     RESULTS.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,7 @@
 """Run by tests/test_distributed.py under ``torchrun --nproc_per_node N`` (gloo, CPU): elastic resume of a mixture.
 
-``argv``: the two source folders, the output folder, the mode, the global batch size, the steps before saving.
+``argv``: the two source folders, the output folder, the mode, the global batch size, the steps before saving,
+and optionally a schedule file (`tokembed.load_schedule`): then the mixture is that `PhasedMixture`.
 
 - ``save`` (N = 2): each rank reads one uninterrupted epoch (recorded), then, in a fresh loader, ``cut`` batches;
   rank 0 writes the loader state to ``OUT/state.json``.
@@ -34,7 +35,7 @@ def main() -> None:
     )
     dist.init_process_group("gloo")
     rank, world = resolve_rank()
-    mixture = tokembed.Mixture({a: 0.7, b: 0.3}, seed=1)
+    mixture = tokembed.Mixture({a: 0.7, b: 0.3}, seed=1) if len(sys.argv) < 8 else tokembed.load_schedule(sys.argv[7])
 
     def loader():  # rank and world size from torch.distributed; B = G / world size
         return tokembed.create_dataloader(mixture, global_batch_size=g, max_length=8, seed=5)

@@ -16,7 +16,7 @@ import pytest
 from conftest import STORY
 from tokembed.cli import main
 
-SMALL = ["--max-length", "16", "--batch-size", "4", "--dim", "16", "--layers", "1", "--heads", "2", "--no-progress"]
+SMALL = ["--max-length", "16", "--batch-size", "4", "--dim", "16", "--layers", "1", "--heads", "2", "--quiet"]
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +37,7 @@ def test_a_checkpoint_folder_whose_name_is_not_utf8_is_a_checkpoint(tmp_path, mo
         ["inspect", name, "info"],
         ["report", name, "-o", "r.html", "--no-tsne", "--points", "50"],
         ["export", name, "t.npy"],
-        ["train", str(STORY), "--out", name, "--steps", "3", "--resume", "--no-progress"],
+        ["train", str(STORY), "--out", name, "--steps", "3", "--resume", "--quiet"],
     ):
         assert main(command) == 0, (command, capsys.readouterr().err)
     assert "damaged" not in capsys.readouterr().err

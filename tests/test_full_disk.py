@@ -84,7 +84,7 @@ def test_train_on_a_full_disk_keeps_the_previous_checkpoint(tmp_path):
     """Room for one checkpoint (about 10 MB) but not for two: the second save fails, the first one stays whole."""
     disk = tmp_path / "disk"
     run = disk / "run"
-    small = "--max-length 16 --batch-size 4 --dim 16 --layers 1 --heads 2 --no-progress --keep 1"
+    small = "--max-length 16 --batch-size 4 --dim 16 --layers 1 --heads 2 --quiet --keep 1"
     proc = on_small_disk(
         disk,
         "16m",

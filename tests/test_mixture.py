@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 import tokembed
 from handmade_shards import EOT, counting_docs, write_shards
-from tokembed.data.mixture import PERIOD_MAX, Mixture, MixtureSchedule, parse_source, quota_period
+from tokembed.data.mixture import PERIOD_MAX, Mixture, QuotaSchedule, parse_source, quota_period
 
 BASE = 10_000  # source i's tokens count from i * BASE
 L = 8  # max_length = stride in the loader tests
@@ -55,7 +55,7 @@ def windows_read(loader) -> list[list[tuple[int, int]]]:
 # ----------------------------------------------------------------------------------- the schedule
 
 
-def prefix_counts(schedule: MixtureSchedule, k: int) -> np.ndarray:
+def prefix_counts(schedule: QuotaSchedule, k: int) -> np.ndarray:
     source, _ = schedule.draws(np.arange(k))
     onehot = np.zeros((k, len(schedule.q)), np.int64)
     onehot[np.arange(k), source] = 1
@@ -73,7 +73,7 @@ weights_st = st.lists(
 @given(weights=weights_st)
 def test_every_prefix_is_within_one_window_of_its_share(weights):
     q, period = quota_period(weights)
-    schedule = MixtureSchedule(tuple(q), period)
+    schedule = QuotaSchedule(tuple(q), period)
     k = min(2 * period, 12_000)  # two periods when short: the second repeats the first
     counts = prefix_counts(schedule, k)
     ks = np.arange(1, k + 1)[:, None]
@@ -88,7 +88,7 @@ def test_every_prefix_is_within_one_window_of_its_share(weights):
 def test_far_slots_keep_the_bound_and_decimal_weights_are_exact():
     q, period = quota_period([0.7, 0.2, 0.1])
     assert (q, period) == ([7, 2, 1], 10)
-    schedule = MixtureSchedule(tuple(q), period)
+    schedule = QuotaSchedule(tuple(q), period)
     far = 10**12 + np.arange(1000)  # slots far into the order: arithmetic, no history
     source, draw = schedule.draws(far)
     before = schedule.counts(10**12)
@@ -101,7 +101,7 @@ def test_far_slots_keep_the_bound_and_decimal_weights_are_exact():
 def test_a_tiny_weight_gets_its_share_and_no_more():
     q, period = quota_period([0.001, 0.999])
     assert (q, period) == ([1, 999], 1000)
-    source, _ = MixtureSchedule(tuple(q), period).draws(np.arange(3000))
+    source, _ = QuotaSchedule(tuple(q), period).draws(np.arange(3000))
     assert np.diff(np.flatnonzero(source == 0)).tolist() == [1000, 1000]  # one window in every 1000 slots
 
 
@@ -365,14 +365,14 @@ def test_train_on_a_mixture_resumes_exactly(three, tmp_path, capsys):
     saved = json.loads((tmp_path / "whole" / "config.json").read_text())["train"]["data"]
     assert saved == {"sources": [[str(three[0]), 0.6], [str(three[2]), 0.4]], "seed": 0}
     args = ["train", "--source", f"{three[0]}:0.6", "--source", f"{three[2]}:0.4", "--out", str(tmp_path / "cli")]
-    small = ["--dim", "16", "--layers", "1", "--heads", "2", "--max-length", str(L), "--steps", "2", "--no-progress"]
+    small = ["--dim", "16", "--layers", "1", "--heads", "2", "--max-length", str(L), "--steps", "2", "--quiet"]
     assert main([*args, *small]) == 0
-    assert main([*args, "--resume", "--steps", "3", "--no-progress"]) == 0
+    assert main([*args, "--resume", "--steps", "3", "--quiet"]) == 0
     other = ["train", "--source", f"{three[0]}:0.5", "--source", f"{three[2]}:0.5", "--out", str(tmp_path / "cli")]
-    assert main([*other, "--resume", "--steps", "4", "--no-progress"]) == 2
+    assert main([*other, "--resume", "--steps", "4", "--quiet"]) == 2
     assert "--resume: the checkpoint was trained on" in capsys.readouterr().err
     assert main(["train", str(three[0]), "--source", f"{three[2]}:1", "--out", str(tmp_path / "x")]) == 2
-    assert "either as DATA or as --source" in capsys.readouterr().err
+    assert "either as DATA, as --source PATH:WEIGHT options (repeated) or as --mixture FILE" in capsys.readouterr().err
 
 
 @settings(max_examples=20)

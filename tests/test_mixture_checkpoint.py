@@ -54,5 +54,5 @@ def test_eval_inspect_and_resume_on_a_mixture_checkpoint(mixed, capsys):
     assert main(["inspect", str(run), "tokens", "the story"]) == 0
     capsys.readouterr()
     source_args = ["--source", f"{sources[0]}:0.7", "--source", f"{sources[1]}:0.3"]
-    assert main(["train", *source_args, "--out", str(run), "--resume", "--steps", "5", "--no-progress"]) == 0
+    assert main(["train", *source_args, "--out", str(run), "--resume", "--steps", "5", "--quiet"]) == 0
     assert tokembed.load_checkpoint(run)[1]["step"] == 5

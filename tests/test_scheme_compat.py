@@ -122,7 +122,7 @@ def copy_resumable(scheme: str, tmp_path: Path) -> tuple[Path, Path]:
 
 def test_a_0_1_checkpoint_resumes_and_is_then_written_in_todays_layout(tmp_path, capsys):
     ckpt, data = copy_resumable("t5", tmp_path)
-    assert main(["train", str(data), "--out", str(ckpt), "--resume", "--steps", "5", "--no-progress"]) == 0
+    assert main(["train", str(data), "--out", str(ckpt), "--resume", "--steps", "5", "--quiet"]) == 0
     config = json.loads((ckpt / "config.json").read_text())
     assert config["step"] == 5 and config["model"]["positional_options"] == {"num_buckets": 8, "max_distance": 20}
     assert "t5_num_buckets" not in config["model"]

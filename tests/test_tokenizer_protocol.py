@@ -180,7 +180,7 @@ def test_the_command_line_with_a_registered_tokenizer(chars, corpus, tmp_path, c
     listed = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
     assert listed["chars"]["package"] == "registered in this process"
     small = ["--max-length", "16", "--batch-size", "4", "--steps", "3", "--dim", "16", "--layers", "1", "--heads", "2"]
-    assert main(["train", str(shards), "--out", str(run), *small, "--no-progress"]) == 0
+    assert main(["train", str(shards), "--out", str(run), *small, "--quiet"]) == 0
     capsys.readouterr()
     assert main(["inspect", str(run), "neighbours", "e", "--json", "--topn", "3"]) == 0
     answer = json.loads(capsys.readouterr().out)["e"]
@@ -190,10 +190,7 @@ def test_the_command_line_with_a_registered_tokenizer(chars, corpus, tmp_path, c
     assert main(["report", str(run), "-o", str(tmp_path / "r.html"), "--points", "50", "--no-tsne"]) == 0
     text_run = tmp_path / "text-run"  # a text file tokenized by the registered name
     assert (
-        main(
-            ["train", str(root / "story.txt"), "--tokenizer", "chars", "--out", str(text_run), *small, "--no-progress"]
-        )
-        == 0
+        main(["train", str(root / "story.txt"), "--tokenizer", "chars", "--out", str(text_run), *small, "--quiet"]) == 0
     )
     assert json.loads((text_run / "config.json").read_text())["tokenizer_record"]["source"] == "chars"
 

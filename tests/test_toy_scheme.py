@@ -212,7 +212,7 @@ def test_the_cli_offers_its_options_and_trains_resumes_and_refuses_with_them(reg
     assert "--scaledsin-scale" in text and "slopes," in text  # in --positional's choices
     out = tmp_path / "ck"
     base = ["train", str(STORY), "--out", str(out), "--dim", "16", "--layers", "1", "--heads", "2"]
-    base += ["--max-length", "16", "--batch-size", "2", "--eval-batches", "1", "--no-progress"]
+    base += ["--max-length", "16", "--batch-size", "2", "--eval-batches", "1", "--quiet"]
     kept = ["--positional", "slopes", "--slopes-init-slope", "0.75", "--slopes-trainable", "false"]
     assert main([*base, *kept, "--steps", "2"]) == 0
     assert json.loads((out / "config.json").read_text())["model"]["positional_options"] == {
@@ -220,7 +220,7 @@ def test_the_cli_offers_its_options_and_trains_resumes_and_refuses_with_them(reg
         "trainable": False,
     }
     assert saved_slopes(out) == [0.75, 0.75]  # not trained: as given
-    assert main(["train", str(STORY), "--out", str(out), "--resume", "--steps", "3", "--no-progress"]) == 0
+    assert main(["train", str(STORY), "--out", str(out), "--resume", "--steps", "3", "--quiet"]) == 0
     assert json.loads((out / "config.json").read_text())["step"] == 3
     capsys.readouterr()
     assert main([*base[:3], str(tmp_path / "x"), "--positional", "slopes", "--slopes-init-slope", "-1"]) == 2
@@ -240,7 +240,7 @@ def test_the_positions_experiment_runs_it_with_each_schemes_options(registered, 
         "--out",
         str(out),
         "--quick",
-        "--no-progress",
+        "--quiet",
         "--tokenizer",
         "bytes",
     ]
@@ -373,7 +373,7 @@ def test_tokembed_plugins_names_the_schemes_for_train_inspect_and_report(tmp_pat
     run = tmp_path / "run"
     train = ["train", str(STORY), "--out", str(run), "--positional", "slopes", "--slopes-init-slope", "0.3"]
     train += ["--dim", "16", "--layers", "1", "--heads", "2", "--max-length", "16", "--batch-size", "2"]
-    proc = tokembed_process(*train, "--steps", "2", "--eval-batches", "1", "--no-progress", env=env, cwd=tmp_path)
+    proc = tokembed_process(*train, "--steps", "2", "--eval-batches", "1", "--quiet", env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     proc = tokembed_process("inspect", str(run), "positions", "--json", env=dict(env), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr

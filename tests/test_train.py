@@ -333,11 +333,11 @@ def test_cli_train_eval_and_resume(tmp_path, capsys):
         "2",
         "--eval-batches",
         "1",
-        "--no-progress",
+        "--quiet",
     ]
     assert main(args) == 0
     assert "step 2: train loss" in capsys.readouterr().out
-    assert main(["train", str(STORY), "--out", str(out), "--resume", "--steps", "3", "--no-progress"]) == 0
+    assert main(["train", str(STORY), "--out", str(out), "--resume", "--steps", "3", "--quiet"]) == 0
     assert json.loads((out / "config.json").read_text())["step"] == 3
     assert main(["eval", str(out), "--lengths", "16,64", "--max-windows", "2"]) == 0
     table = capsys.readouterr().out
@@ -374,7 +374,7 @@ def test_cli_model_options_reach_the_checkpoint(tmp_path, capsys):
         "1",
         "--eval-batches",
         "1",
-        "--no-progress",
+        "--quiet",
     ]
     assert main(args) == 0
     model = json.loads((out / "config.json").read_text())["model"]
@@ -399,7 +399,7 @@ def test_cli_model_options_reach_the_checkpoint(tmp_path, capsys):
     ],
 )
 def test_cli_bad_model_options(tmp_path, capsys, extra, msg):
-    assert main(["train", str(STORY), "--out", str(tmp_path / "x"), "--steps", "1", "--no-progress", *extra]) == 2
+    assert main(["train", str(STORY), "--out", str(tmp_path / "x"), "--steps", "1", "--quiet", *extra]) == 2
     assert f"tokembed train: error: {msg}" in capsys.readouterr().err
 
 
@@ -417,7 +417,7 @@ def test_cli_eval_of_a_missing_checkpoint(tmp_path, capsys):
 @pytest.mark.slow
 def test_positions_experiment_quick(tmp_path, capsys):
     out = tmp_path / "exp"
-    args = ["experiment", "positions", str(STORY), "--out", str(out), "--quick", "--no-progress"]
+    args = ["experiment", "positions", str(STORY), "--out", str(out), "--quick", "--quiet"]
     assert main([*args, "--tokenizer", "bytes"]) == 0
     doc = json.loads((out / "results.json").read_text())
     assert doc["lengths"] == [16, 32]
@@ -525,7 +525,10 @@ def test_evaluate_and_experiment_option_errors(tmp_path):
         PositionsExperiment(data="d", out="o", multiples=(1, 0))
     with pytest.raises(ValueError, match=r"evaluation must be one of nonoverlapping, sliding, got 'strided'"):
         tokembed.evaluate(tmp_path / "run", lengths=[16], evaluation="strided")
-    with pytest.raises(ValueError, match=r"stride=4 applies to the sliding evaluation"):
+    with pytest.raises(
+        ValueError,
+        match=r"stride=4 \(--stride\) applies to the sliding evaluation; pass evaluation=.sliding. \(--sliding\)",
+    ):
         tokembed.evaluate(tmp_path / "run", lengths=[16], stride=4)
     with pytest.raises(ValueError, match=r"rope_scaling entries must be among linear, ntk, yarn, llama3, got 'x'"):
         PositionsExperiment(data="d", out="o", rope_scaling=("x",))
@@ -559,5 +562,13 @@ def test_cli_resume_on_other_data_is_refused(tmp_path, capsys):
     train(cfg(tmp_path, max_steps=1), TINY, progress=False)
     other = tmp_path / "other.txt"
     other.write_text("hello " * 200)
-    assert main(["train", str(other), "--out", str(tmp_path / "run"), "--resume", "--no-progress"]) == 2
+    assert main(["train", str(other), "--out", str(tmp_path / "run"), "--resume", "--quiet"]) == 2
     assert "--resume: the checkpoint was trained on" in capsys.readouterr().err
+
+
+def test_a_stop_beyond_the_last_step_is_an_error_naming_both(tmp_path):
+    with pytest.raises(
+        ValueError, match=r"stop_at \(--stop-at\) 7 is beyond the run's last step, max_steps \(--steps\) 6"
+    ):
+        train(cfg(tmp_path), TINY, progress=False, stop_at=7)
+    assert not (tmp_path / "run").exists()  # refused before anything is written

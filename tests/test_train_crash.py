@@ -80,7 +80,7 @@ def cli_train(out, *extra) -> list[str]:
         sys.executable, "-m", "tokembed", "train", str(STORY), "--out", str(out), "--max-length", "16",
         "--batch-size", "4", "--steps", str(STEPS), "--eval-interval", "5", "--eval-batches", "2",
         "--checkpoint-interval", "4", "--warmup-steps", "2", "--dim", "16", "--layers", "1", "--heads", "2",
-        "--no-progress", *extra,
+        "--quiet", *extra,
     ]  # fmt: skip
 
 

@@ -29,7 +29,7 @@ def run(world: int, out: Path, *extra: str) -> None:
     args = [
         "train", str(STORY), "--out", str(out), "--dim", "16", "--layers", "1", "--heads", "2",
         "--max-length", "16", "--steps", "6", "--eval-interval", "2", "--eval-batches", "1",
-        "--checkpoint-interval", "100", "--warmup-steps", "2", "--device", "cpu", "--no-progress", *extra,
+        "--checkpoint-interval", "100", "--warmup-steps", "2", "--device", "cpu", "--quiet", *extra,
     ]  # fmt: skip
     head = [sys.executable, "-m", "tokembed"]
     if world > 1:
@@ -81,9 +81,7 @@ def test_a_per_rank_batch_that_changes_the_global_batch_is_refused(tmp_path):
     run(1, out, "--batch-size", "4", "--stop-at", "1")
     env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
     cmd = [str(TORCHRUN), "--standalone", "--nproc_per_node", "2", "-m", "tokembed", "train", "--out", str(out)]
-    proc = subprocess.run(
-        [*cmd, "--resume", "--batch-size", "4", "--no-progress"], env=env, capture_output=True, text=True
-    )
+    proc = subprocess.run([*cmd, "--resume", "--batch-size", "4", "--quiet"], env=env, capture_output=True, text=True)
     assert proc.returncode != 0
     assert "global batch of 4 windows" in proc.stderr and "8 windows (batch_size 4 x 2 ranks)" in proc.stderr
     assert "--global-batch-size 4" in proc.stderr or "--batch-size 2" in proc.stderr

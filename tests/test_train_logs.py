@@ -48,13 +48,13 @@ def test_log_every_seconds_and_bad_values(tmp_path, capsys):
 
 
 def test_without_a_terminal_eval_logs_a_line_per_length(tmp_path, capsys):
-    assert main(cli_train(tmp_path / "run", "--no-progress", "--context-length", "32")) == 0
+    assert main(cli_train(tmp_path / "run", "--quiet", "--context-length", "32")) == 0
     capsys.readouterr()
     assert main(["eval", str(tmp_path / "run"), "--lengths", "16,32", "--max-windows", "3"]) == 0
     err = capsys.readouterr().err
     for length in (16, 32):
         assert re.search(rf"^eval: length {length}: loss \d+\.\d{{4}}, perplexity [\d.]+ \(3 windows\)", err, re.M)
-    assert main(["eval", str(tmp_path / "run"), "--lengths", "16", "--no-progress"]) == 0
+    assert main(["eval", str(tmp_path / "run"), "--lengths", "16", "--quiet"]) == 0
     assert capsys.readouterr().err == ""
 
 

@@ -9,6 +9,8 @@ process that only prepares shards (a worker, a Ray task, ``tokembed check``) nev
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from tokembed._lazy import lazy_attributes
 
 __version__ = "0.1.0"
@@ -43,6 +45,8 @@ _PUBLIC = {
     "window_count": "data.plan",
     "WindowLoader": "data.loader",
     "Mixture": "data.mixture",
+    "PhasedMixture": "data.phases",
+    "load_schedule": "data.phases",
     "create_dataloader": "data.loader",
     "collate_windows": "data.windows",
     "DocumentBatch": "data.batch",
@@ -81,6 +85,67 @@ _PUBLIC = {
 }
 
 __all__ = sorted(_PUBLIC)
+
+# What type checkers and editors see (the same names, from their modules); at run time each loads on first use.
+if TYPE_CHECKING:
+    from tokembed.data.batch import DocumentBatch as DocumentBatch
+    from tokembed.data.book import GPTDatasetV1 as GPTDatasetV1
+    from tokembed.data.book import create_dataloader_v1 as create_dataloader_v1
+    from tokembed.data.loader import WindowLoader as WindowLoader
+    from tokembed.data.loader import create_dataloader as create_dataloader
+    from tokembed.data.mixture import Mixture as Mixture
+    from tokembed.data.packed import PackedWindows as PackedWindows
+    from tokembed.data.phases import PhasedMixture as PhasedMixture
+    from tokembed.data.phases import load_schedule as load_schedule
+    from tokembed.data.plan import window_count as window_count
+    from tokembed.data.sampler import WindowBatchSampler as WindowBatchSampler
+    from tokembed.data.stats import shard_stats as shard_stats
+    from tokembed.data.windows import SlidingWindowDataset as SlidingWindowDataset
+    from tokembed.data.windows import collate_windows as collate_windows
+    from tokembed.data.windows import encode_text as encode_text
+    from tokembed.embeddings import ALiBi as ALiBi
+    from tokembed.embeddings import InputEmbedding as InputEmbedding
+    from tokembed.embeddings import LearnedPositionalEmbedding as LearnedPositionalEmbedding
+    from tokembed.embeddings import RotaryEmbedding as RotaryEmbedding
+    from tokembed.embeddings import ShawRelativePositions as ShawRelativePositions
+    from tokembed.embeddings import SinusoidalPositionalEmbedding as SinusoidalPositionalEmbedding
+    from tokembed.embeddings import T5RelativeBias as T5RelativeBias
+    from tokembed.embeddings import TokenEmbedding as TokenEmbedding
+    from tokembed.embeddings.names import POSITIONAL_NAMES as POSITIONAL_NAMES
+    from tokembed.embeddings.names import register_scheme as register_scheme
+    from tokembed.embeddings.names import scheme_names as scheme_names
+    from tokembed.embeddings.scheme import PositionalScheme as PositionalScheme
+    from tokembed.inspection.counts import token_counts as token_counts
+    from tokembed.inspection.export import export_table as export_table
+    from tokembed.inspection.load import load_table as load_table
+    from tokembed.inspection.table import EmbeddingTable as EmbeddingTable
+    from tokembed.model.checkpoint import load_checkpoint as load_checkpoint
+    from tokembed.model.checkpoint import save_checkpoint as save_checkpoint
+    from tokembed.model.config import GPTConfig as GPTConfig
+    from tokembed.model.gpt import GPT as GPT
+    from tokembed.model.gpt2_weights import load_gpt2_embeddings as load_gpt2_embeddings
+    from tokembed.shards.check import check_shards as check_shards
+    from tokembed.shards.config import PrepareConfig as PrepareConfig
+    from tokembed.shards.format import ShardInfo as ShardInfo
+    from tokembed.shards.formats import InputFormat as InputFormat
+    from tokembed.shards.formats import register_format as register_format
+    from tokembed.shards.prepare import PrepareResult as PrepareResult
+    from tokembed.shards.prepare import merge_manifests as merge_manifests
+    from tokembed.shards.prepare import prepare_corpus as prepare_corpus
+    from tokembed.shards.reader import ShardSet as ShardSet
+    from tokembed.shards.reader import open_shards as open_shards
+    from tokembed.tokenizer import ENDOFTEXT as ENDOFTEXT
+    from tokembed.tokenizer import Tokenizer as Tokenizer
+    from tokembed.tokenizer import TokenizerIdentity as TokenizerIdentity
+    from tokembed.tokenizer import available_tokenizers as available_tokenizers
+    from tokembed.tokenizer import get_tokenizer as get_tokenizer
+    from tokembed.tokenizer import register_tokenizer as register_tokenizer
+    from tokembed.training.config import TrainConfig as TrainConfig
+    from tokembed.training.evaluation import evaluate as evaluate
+    from tokembed.training.experiment import PositionsExperiment as PositionsExperiment
+    from tokembed.training.experiment import run_positions_experiment as run_positions_experiment
+    from tokembed.training.interrupt import TrainingInterrupted as TrainingInterrupted
+    from tokembed.training.loop import train as train
 
 
 __getattr__, __dir__ = lazy_attributes("tokembed", globals(), _PUBLIC)

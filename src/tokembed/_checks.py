@@ -25,13 +25,13 @@ def _describe(value: object) -> str:
 
 
 def _range_text(lo: float | None, hi: float | None, *, lo_open: bool = False, hi_open: bool = False) -> str:
-    lo, hi = (f"{x:g}" if isinstance(x, float) else x for x in (lo, hi))
-    if lo is not None and hi is not None:
-        return f"in {'(' if lo_open else '['}{lo}, {hi}{')' if hi_open else ']'}"
-    if lo is not None:
-        return f"{'>' if lo_open else '>='} {lo}"
-    if hi is not None:
-        return f"{'<' if hi_open else '<='} {hi}"
+    low, high = (None if x is None else f"{x:g}" if isinstance(x, float) else str(x) for x in (lo, hi))
+    if low is not None and high is not None:
+        return f"in {'(' if lo_open else '['}{low}, {high}{')' if hi_open else ']'}"
+    if low is not None:
+        return f"{'>' if lo_open else '>='} {low}"
+    if high is not None:
+        return f"{'<' if hi_open else '<='} {high}"
     return ""
 
 
@@ -53,9 +53,10 @@ def check_int(
         raise ArgumentTypeError(
             f"{name} must be {' '.join(filter(None, ['an integer', bounds]))}, got {_describe(value)}{suffix}"
         )
-    if (min is not None and value < min) or (max is not None and value > max):
+    n = int(value)
+    if (min is not None and n < min) or (max is not None and n > max):
         raise ValueError(f"{name} must be {' '.join(filter(None, [noun, bounds]))}, got {value}{suffix}")
-    return int(value)
+    return n
 
 
 def check_positive_int(name: str, value: object, *, hint: str = "") -> int:

@@ -36,7 +36,7 @@ def figure_png(fig) -> bytes:
     return buf.getvalue()
 
 
-def save_figure(fig, path: str | Path, *, overwrite: bool = False) -> Path:
+def save_figure(fig, path: str | os.PathLike, *, overwrite: bool = False) -> Path:
     """Write a figure (format from the suffix: .png, .svg, .pdf), atomically."""
     path = Path(path)
     fmt = path.suffix.lstrip(".").lower() or "png"

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 
-from tokembed.data.book import create_dataloader_v1
-from tokembed.embeddings import InputEmbedding, TokenEmbedding
+from tokembed.data.book import GPTDatasetV1, create_dataloader_v1
+from tokembed.embeddings import InputEmbedding, LearnedPositionalEmbedding, TokenEmbedding
 from tokembed.tokenizer import ENDOFTEXT, Tokenizer, TokenizerLike, get_tokenizer, gpt2_files, tokenizer_identity
 
 __all__ = ["chapter_walk", "default_corpus"]
@@ -85,7 +87,8 @@ def chapter_walk(
     # Token + absolute positional embeddings: (B,T,D) + (T,D) -> (B,T,D).
     embed = InputEmbedding(enc.n_vocab, dim, context_length=max_length)
     token_embeddings = embed.token(inputs)  # (B,T,D)
-    pos_embeddings = embed.position(torch.arange(max_length))  # (T,D)
+    position = cast(LearnedPositionalEmbedding, embed.position)  # the default scheme, learned: a table
+    pos_embeddings = position(torch.arange(max_length))  # (T,D)
     input_embeddings = embed(inputs)  # (B,T,D)
 
     tok, pos = torch.tensor([0.5, -0.2, 0.1]), torch.tensor([0.1, 0.3, -0.1])
@@ -97,7 +100,7 @@ def chapter_walk(
             "max_length": max_length,
             "stride": stride,
             "shuffle": False,
-            "windows": len(loader.dataset),
+            "windows": len(cast(GPTDatasetV1, loader.dataset)),  # the drop-in's loader is over a GPTDatasetV1
             "batches": len(loader),
         },
         "first_batch": {

@@ -107,6 +107,8 @@ def _input_format(name: str) -> str:
 
 
 def _add_engine_options(p: argparse.ArgumentParser) -> None:
+    from tokembed.shards.ray_start import RAY_START_SECONDS  # the standard library only
+
     p.add_argument(
         "--workers",
         type=int,
@@ -120,6 +122,14 @@ def _add_engine_options(p: argparse.ArgumentParser) -> None:
         help="local processes, or Ray tasks (pip install 'tokembed[ray]')",
     )
     p.add_argument("--ray-address", default=None, help="Ray cluster address (default: a local Ray)")
+    p.add_argument(
+        "--ray-start-timeout",
+        type=float,
+        default=RAY_START_SECONDS,
+        metavar="SECONDS",
+        help=f"give up (exit 2) when Ray has not started, or joined --ray-address, within this time "
+        f"(default {RAY_START_SECONDS:g})",
+    )
     p.add_argument("--rank", type=int, default=0, help="this machine's rank (with --world-size)")
     p.add_argument("--world-size", type=int, default=1, help="machines sharing the work; then run `tokembed merge DIR`")
 
@@ -149,7 +159,7 @@ def _register_stats(sub: argparse._SubParsersAction) -> None:
     s = sub.add_parser(
         "stats",
         help="documents, tokens, shards and the window plan of a shard folder (per input file with --per-file); "
-        "or, with --source, the epochs of each source of a mixture that a run reads",
+        "or, with --source or --mixture, what a run reads of each source of a mixture, per phase",
         parents=[
             options.windows(defaults=True),
             options.json_output("print JSON (everything, per file included)"),
@@ -157,7 +167,11 @@ def _register_stats(sub: argparse._SubParsersAction) -> None:
         ],
     )
     s.add_argument(
-        "dir", type=Path, metavar="DIR", nargs="?", help="a shard folder (or leave it out and give --source)"
+        "dir",
+        type=Path,
+        metavar="DIR",
+        nargs="?",
+        help="a shard folder (or leave it out and give --source or --mixture)",
     )
     s.add_argument(
         "--source",
@@ -166,10 +180,18 @@ def _register_stats(sub: argparse._SubParsersAction) -> None:
         help="a source of a mixture and its relative weight; repeat for each (as `tokembed train --source`)",
     )
     s.add_argument(
+        "--mixture",
+        type=Path,
+        metavar="FILE",
+        help="a mixture whose weights change over training: a schedule of phases in a .toml or .json file "
+        "(as `tokembed train --mixture`; see docs/loading.md)",
+    )
+    s.add_argument(
         "--steps",
         type=int,
         default=None,
-        help="with --source: the run's steps of batch-size x world-size windows (default: one nominal epoch)",
+        help="with --source or --mixture: the run's steps of batch-size x world-size windows (default: one "
+        "nominal epoch, after the last phase starts)",
     )
     s.add_argument(
         "--world-size",
@@ -223,6 +245,7 @@ def run_prepare(args: argparse.Namespace) -> int:
                 workers=args.workers,
                 engine=args.engine,
                 ray_address=args.ray_address,
+                ray_start_timeout=args.ray_start_timeout,
                 rank=args.rank,
                 world_size=args.world_size,
                 overwrite=args.overwrite,
@@ -270,34 +293,78 @@ def run_check(args: argparse.Namespace) -> int:
 
 def run_mixture_stats(args: argparse.Namespace) -> int:
     from tokembed.data.mixture import Mixture, parse_source
+    from tokembed.data.phases import load_schedule
     from tokembed.data.stats import mixture_stats
 
-    mixture = Mixture([parse_source(s) for s in args.source])
+    mixture = load_schedule(args.mixture) if args.mixture else Mixture([parse_source(s) for s in args.source])
     g = args.batch_size * args.world_size
     st = mixture_stats(mixture, steps=args.steps, global_batch_size=g, max_length=args.max_length, stride=args.stride)
     if args.json:
         print(json.dumps(st, indent=2))
         return 0
     print(
-        f"{st['steps']:,} steps of {g} windows (batch-size {args.batch_size} x world-size {args.world_size}): {st['windows_read']:,} windows"
+        f"{st['steps']:,} steps of {g} windows (batch-size {args.batch_size} x world-size {args.world_size}): "
+        f"{st['windows_read']:,} windows of {st['max_length']} tokens"
     )
-    print(f"{'source':<40}{'weight':>10}{'tokens':>15}{'windows':>13}{'read':>13}{'epochs':>10}")
+    print(f"{'source':<40}{'weight':>10}{'tokens':>15}{'windows':>13}{'read':>13}{'epochs':>10}  runs out at step")
     for r in st["sources"]:
-        path = r["path"] if len(r["path"]) <= 39 else "..." + r["path"][-36:]
+        weight = f"{r['weight']:>10.6g}" if r["weight"] is not None else f"{'phased':>10}"
         epochs = f"{r['epochs']:.3f}" if r["epochs"] is not None else "-"
         print(
-            f"{path:<40}{r['weight']:>10.6g}{r['tokens']:>15,}{r['windows']:>13,}{r['windows_read']:>13,}{epochs:>10}"
+            f"{_short(r['path']):<40}{weight}{r['tokens']:>15,}{r['windows']:>13,}{r['windows_read']:>13,}{epochs:>10}"
+            f"  {_runs_out(r['runs_out'], r['epochs_completed'])}"
         )
+    if len(st["phases"]) > 1:
+        for ph in st["phases"]:
+            print("", *_phase_lines(ph, g), sep="\n")
     return 0
+
+
+def _short(path: str) -> str:
+    return path if len(path) <= 39 else "..." + path[-36:]
+
+
+def _runs_out(events: list[dict], total: int | None = None, shown: int = 3) -> str:
+    """``12 (restarts 13), 25, ...``: the steps where a source read the last window of an epoch."""
+    if not events:
+        return "-"
+    parts = []
+    for e in events[:shown]:
+        again = e["restarts_at_step"]
+        parts.append(
+            f"{e['step']:,}"
+            + ("" if again == e["step"] else " (no restart)" if again is None else f" (restarts {again:,})")
+        )
+    total = len(events) if total is None else total
+    return ", ".join(parts) + (f", ... ({total:,} in all)" if total > shown else "")
+
+
+def _phase_lines(ph: dict, g: int) -> list[str]:
+    name = f" {ph['name']!r}" if ph["name"] else ""
+    where = f"step {ph['first_step']:,}" + (f" + {ph['first_window'] % g} windows" if ph["mid_step"] else "")
+    lines = [
+        f"phase {ph['number']}{name}: from token {ph['start']:,} = window {ph['first_window']:,} = {where}; "
+        f"{ph['windows_read']:,} windows in the run",
+        f"{'  source':<40}{'weight':>10}{'read':>13}{'tokens read':>16}{'epochs':>17}  runs out at step",
+    ]
+    for r in ph["sources"]:
+        span = f"{r['epochs_from']:.3f}-{r['epochs_to']:.3f}" if r["epochs_to"] is not None else "-"
+        lines.append(
+            f"  {_short(r['path']):<38}{r['weight']:>10.6g}{r['windows_read']:>13,}{r['tokens_read']:>16,}{span:>17}"
+            f"  {_runs_out(r['runs_out'])}"
+        )
+    return lines
 
 
 def run_stats(args: argparse.Namespace) -> int:
     from tokembed.data.plan import add_rank_plans
     from tokembed.data.stats import shard_stats
 
-    if (args.dir is None) == (not args.source):
-        raise ValueError("give a shard folder DIR or --source PATH:WEIGHT options (a mixture), not both or neither")
-    if args.source:
+    if [args.dir is not None, bool(args.source), args.mixture is not None].count(True) != 1:
+        raise ValueError(
+            "give one of: a shard folder DIR, --source PATH:WEIGHT options (a mixture), or --mixture FILE (a schedule)"
+        )
+    if args.source or args.mixture:
         return run_mixture_stats(args)
 
     st = shard_stats(

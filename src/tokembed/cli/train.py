@@ -62,9 +62,10 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "data",
         nargs="?",
-        help="a shard folder (tokembed prepare) or a UTF-8 text file (its last 10%% of tokens is held out for validation); "
-        "or leave it out and give --source; with --resume, the checkpoint's data (a copy at another path is "
-        "recognised by its content)",
+        help="a shard folder (tokembed prepare), a Megatron prefix (PREFIX.bin + PREFIX.idx) or a UTF-8 text file "
+        "(its last 10%% of tokens is held out for validation); "
+        "or leave it out and give --source or --mixture; with --resume, the checkpoint's data (a copy at another "
+        "path is recognised by its content)",
     )
     p.add_argument(
         "--source",
@@ -72,6 +73,14 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
         metavar="PATH:WEIGHT",
         help="train on a mixture: repeat for each shard folder (or Megatron prefix) and its relative weight, "
         "e.g. --source shards/web:0.7 --source shards/code:0.3 (exact proportions; see docs/loading.md)",
+    )
+    p.add_argument(
+        "--mixture",
+        type=Path,
+        metavar="FILE",
+        help="train on a mixture whose weights change over training: a schedule of phases (start in tokens, "
+        "weights) in a .toml or .json file; with --resume, phases that have not started may change (see "
+        "docs/loading.md)",
     )
     _add_model_options(p.add_argument_group("model (with --resume: the checkpoint's; options given must agree)"))
     add_scheme_options(p)
@@ -379,11 +388,17 @@ MODEL_OPTIONS = ("positional", "context_length", "dim", "n_layers", "n_heads", "
 
 
 def _train_data(args: argparse.Namespace):
-    """DATA, the `Mixture` of the --source PATH:WEIGHT options, or None (with --resume: the checkpoint's)."""
-    if args.data is not None and args.source:
+    """DATA, the `Mixture` of the --source PATH:WEIGHT options, the `PhasedMixture` of --mixture FILE, or None
+    (with --resume: the checkpoint's)."""
+    if [args.data is not None, bool(args.source), args.mixture is not None].count(True) > 1:
         raise ValueError(
-            "give the training data either as DATA or as --source PATH:WEIGHT options (repeated), not both"
+            "give the training data either as DATA, as --source PATH:WEIGHT options (repeated) or as --mixture FILE, "
+            "only one of them"
         )
+    if args.mixture is not None:
+        from tokembed.data.phases import load_schedule
+
+        return load_schedule(args.mixture)
     if not args.source:
         return args.data
     from tokembed.data.mixture import Mixture, parse_source
@@ -412,7 +427,7 @@ def run_train(args: argparse.Namespace) -> int:
     model = {k: getattr(args, k) for k in MODEL_OPTIONS if getattr(args, k) is not None}
     if args.no_tie:
         model["tie_embeddings"] = False
-    chosen = scheme_options(args, args.positional or "learned")  # only the options given (train() fills the rest)
+    chosen = scheme_options(args, _scheme_of_run(args, resume))  # only the options given (train() fills the rest)
     if chosen:
         model["positional_options"] = chosen
     device = _device_config(args)
@@ -430,6 +445,23 @@ def run_train(args: argparse.Namespace) -> int:
         val = f", validation loss {result.val_loss:.4f}" if result.val_loss is not None else ""
         print(f"step {result.step}: train loss {result.train_loss:.4f}{val}; checkpoint {result.checkpoint}")
     return 0
+
+
+def _scheme_of_run(args: argparse.Namespace, resume: bool | str) -> str:
+    """The positional scheme that scheme options given apply to: --positional; else, resuming, the checkpoint's
+    (the model is the checkpoint's); else GPTConfig's default."""
+    from tokembed.model.config import GPTConfig  # torch-free
+
+    if args.positional:
+        return args.positional
+    if resume and _given_scheme_options(args):
+        from tokembed.model.checkpoint import read_checkpoint_config
+
+        try:
+            return GPTConfig.from_dict(read_checkpoint_config(args.out)["model"]).positional
+        except (OSError, ValueError, KeyError, TypeError):  # none there or damaged: train() says what is wrong
+            pass
+    return options.default_of(GPTConfig, "positional")
 
 
 def _is_main() -> bool:
@@ -485,12 +517,10 @@ def _labels(paths: list[str]) -> dict[str, str]:
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    from tokembed.model.checkpoint import load_checkpoint
     from tokembed.training.evaluation import evaluate
 
-    loaded = load_checkpoint(args.checkpoint, allow_unverified=args.allow_unverified)
     rows = evaluate(
-        loaded,
+        args.checkpoint,  # the directory, not a loaded model: a phased mixture is weighed as at its last step
         lengths=args.lengths,
         data=args.data,
         batch_size=args.batch_size,
@@ -501,6 +531,7 @@ def run_eval(args: argparse.Namespace) -> int:
         stride=args.stride,
         progress=not args.json and not args.quiet,  # a bar on a terminal, a line per length in a log
         device=args.device,
+        allow_unverified=args.allow_unverified,
     )
     print(json.dumps(rows, indent=1) if args.json else format_rows(rows))
     return 0

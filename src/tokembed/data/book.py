@@ -113,28 +113,25 @@ class _BookOrderDataLoader(DataLoader):
     its ``randperm``). With workers, or a sampler this does not know, torch's own iterator runs.
     """
 
-    def _fast_path(self) -> bool:
-        s = self.sampler
-        if self.num_workers != 0 or not isinstance(self.dataset, GPTDatasetV1) or self.batch_size is None:
-            return False
+    def _fast_path(self) -> GPTDatasetV1 | None:
+        """The dataset when the fast path reproduces torch's iteration exactly, else None."""
+        s, ds = self.sampler, self.dataset
+        if self.num_workers != 0 or not isinstance(ds, GPTDatasetV1) or self.batch_size is None:
+            return None
         if type(s) is SequentialSampler:
-            return True
-        return (
-            type(s) is RandomSampler
-            and s.generator is None
-            and not s.replacement
-            and s.num_samples == len(self.dataset)
-        )
+            return ds
+        exact = type(s) is RandomSampler and s.generator is None and not s.replacement and s.num_samples == len(ds)
+        return ds if exact else None
 
     def __iter__(self):
-        if not self._fast_path():
+        ds = self._fast_path()
+        if ds is None or self.batch_size is None:
             return super().__iter__()
         # torch's _BaseDataLoaderIter.__init__ draws its _base_seed here, even without workers.
         torch.empty((), dtype=torch.int64).random_(generator=self.generator).item()
-        return self._chunks()
+        return self._chunks(ds, self.batch_size)
 
-    def _chunks(self):
-        ds, b = self.dataset, self.batch_size
+    def _chunks(self, ds: GPTDatasetV1, b: int):
         n = len(ds)
         if isinstance(self.sampler, RandomSampler):
             # RandomSampler.__iter__, run on the first batch: a seed from the global RNG, then randperm.

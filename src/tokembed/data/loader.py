@@ -36,6 +36,7 @@ source, chosen by the mixture's quota schedule (`tokembed.data.mixture_windows`)
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -49,9 +50,11 @@ from tokembed.data.mixture_windows import MixtureWindows
 from tokembed.data.packed import PackedWindows
 from tokembed.data.plan import RankPlan, rank_plan
 from tokembed.data.shuffle import FeistelPermutation
-from tokembed.data.windows import SlidingWindowDataset
+from tokembed.data.windows import SlidingWindowDataset, WindowSource
 
 __all__ = ["LoaderConfig", "WindowDataLoader", "WindowLoader", "create_dataloader", "resolve_rank"]
+
+_log = logging.getLogger(__name__)
 
 STATE_FORMAT = "tokembed-loader"
 STATE_VERSION = 1
@@ -307,6 +310,7 @@ class WindowLoader:
         self._done = 0  # batches of the current epoch handed out by the live iterator
         self._resume_at = 0  # where the next iterator starts (set by load_state_dict)
         self._iter_id = 0
+        self.resume_notes: list[str] = []  # what a phased mixture's schedule changed at the last load_state_dict
 
     def __len__(self) -> int:
         """Batches per epoch on this rank."""
@@ -343,7 +347,7 @@ class WindowLoader:
         if self.num_workers == 0:
             source: Any = iter(stream)
         else:
-            kw = {} if cfg.prefetch_factor is None else {"prefetch_factor": cfg.prefetch_factor}
+            kw: dict[str, Any] = {} if cfg.prefetch_factor is None else {"prefetch_factor": cfg.prefetch_factor}
             source = iter(
                 torch.utils.data.DataLoader(
                     stream,
@@ -381,7 +385,7 @@ class WindowLoader:
             "seed": self.seed,
             "drop_last": self.drop_last,
             "world_size": self.world_size,
-            **(self.dataset.mixture.state_entries() if isinstance(ds, MixtureWindows) else {}),
+            **(ds.state_entries() if isinstance(ds, MixtureWindows) else {}),
             "global_batch_size": self.global_batch_size,
         }
 
@@ -418,7 +422,9 @@ class WindowLoader:
         mine, theirs = self._config(), dict(state.get("config", {}))
         if "global_batch_size" not in theirs and {"batch_size", "world_size"} <= theirs.keys():  # older states
             theirs["global_batch_size"] = theirs["batch_size"] * theirs["world_size"]
-        diff = [k for k in mine if theirs.get(k) != mine[k]]
+        # A phased mixture checks its data and schedule itself (after the rest): see _check_schedule.
+        handled = self.dataset.resume_keys(theirs) if isinstance(self.dataset, MixtureWindows) else ()
+        diff = [k for k in mine if k not in handled and theirs.get(k) != mine[k]]
         if theirs.get("global_batch_size") == mine["global_batch_size"]:
             diff = [k for k in diff if k not in ("batch_size", "world_size")]  # elastic: the same global order
         if diff:
@@ -432,8 +438,19 @@ class WindowLoader:
             raise ValueError(
                 f"the state's position (epoch={epoch!r}, batches_done={done!r}) is not within an epoch of {self.plan.batches} batches"
             )
+        self.resume_notes = self._check_schedule(theirs, epoch, done) if handled else []
         self._epoch, self._done, self._resume_at = epoch, done, done
         self._iter_id += 1
+
+    def _check_schedule(self, saved: dict[str, Any], epoch: int, done: int) -> list[str]:
+        """A phased mixture's state: its started phases must be the same; what changed after them is returned
+        (and logged). The position is the saved one: its epoch of ``windows // G`` steps, and its steps done."""
+        g, ds = self.global_batch_size, self.dataset
+        slot = (epoch * (int(saved.get("windows") or 0) // g) + done) * g
+        notes = ds.resume_check(saved, slot=slot) if isinstance(ds, MixtureWindows) else []
+        for note in notes:
+            _log.info("resuming at step %d: %s", slot // g, note)
+        return notes
 
     def as_dataloader(self) -> WindowDataLoader:
         """This loader as a ``torch.utils.data.DataLoader`` (for trainers that check ``isinstance``: Fabric,
@@ -506,7 +523,7 @@ def _per_rank_batch(batch_size, global_batch_size, rank, world_size) -> int:
 
 
 def create_dataloader(
-    source,
+    source: WindowSource | SlidingWindowDataset,
     *,
     batch_size: int | None = None,
     max_length: int | None = None,
@@ -590,13 +607,23 @@ def create_dataloader(
         max_documents=max_documents,
     )
     resolve_rank(rank, world_size)
-    options = dict(max_length=max_length, stride=stride, within_documents=within_documents, split=split, verify=verify)
+    options: dict[str, Any] = dict(
+        max_length=max_length, stride=stride, within_documents=within_documents, split=split, verify=verify
+    )
     dataset = _dataset(source, packing=packing, materialize=check_bool("materialize", materialize), **options)
     return WindowLoader(dataset, config, rank=rank, world_size=world_size)
 
 
 def _dataset(
-    source, *, max_length, stride, within_documents, split, verify, packing, materialize
+    source: WindowSource | SlidingWindowDataset,
+    *,
+    max_length: int | None,
+    stride: int | None,
+    within_documents: bool,
+    split: str | None,
+    verify: bool,
+    packing: str | None,
+    materialize: bool,
 ) -> SlidingWindowDataset:
     """The windows `create_dataloader` reads: ``source`` itself when it is a dataset, else built from it."""
     if isinstance(source, SlidingWindowDataset):
@@ -619,7 +646,9 @@ def _dataset(
         return source
     if max_length is None:
         raise TypeError("create_dataloader() needs max_length (tokens per window), e.g. max_length=256")
-    options = dict(max_length=max_length, stride=stride, within_documents=within_documents, split=split, verify=verify)
+    options: dict[str, Any] = dict(
+        max_length=max_length, stride=stride, within_documents=within_documents, split=split, verify=verify
+    )
     if packing is None:
         if materialize:
             raise ValueError(

@@ -1,33 +1,12 @@
-"""Mixtures of corpora in exact proportions: which source each window of the global order comes from.
+"""Mixtures of corpora in exact proportions: `Mixture`, and the checks its sources go through.
 
 A `Mixture` names shard folders (or Megatron prefixes) and their weights. Its *global order* is a
-sequence of slots ``0, 1, 2, ...``; slot ``p`` takes the next window of one source. The choice of source
-is a *quota schedule*: with weights ``q_i / Q`` (integers summing to ``Q``), the first ``K`` slots hold
-``c_i(K)`` windows of source ``i`` with ``|c_i(K) - K q_i / Q| < 1`` for every ``K`` and every ``i``.
-
-Derivation. Write ``w_i = q_i / Q``. The bound holds exactly when ``floor(w_i K) <= c_i(K) <= ceil(w_i K)``
-for all ``K`` (when ``w_i K`` is an integer both sides are equal). Read as a schedule of unit jobs on one
-machine, the ``m``-th window of source ``i`` (``m = 1, 2, ...``) must be placed
-
-- no later than slot ``D = ceil(m / w_i)`` (else ``c_i(D) < m <= w_i D``: under the lower bound), and
-- no earlier than slot ``R = floor((m - 1) / w_i) + 1`` (placed at a slot ``K < R``, ``w_i K <= m - 1``,
-  so ``c_i(K) >= m > ceil(w_i K)``: over the upper bound),
-
-slots counted from 1. A schedule meeting every window ``[R, D]`` exists for any weights (Balinski and
-Young's quota method, 1975; Tijdeman's chairman assignment, 1980). For unit jobs with integer release
-times and deadlines, earliest-deadline-first among the released jobs meets every deadline whenever any
-schedule does (the exchange argument: swapping a job with a later deadline behind one with an earlier
-deadline never makes a feasible schedule infeasible), so EDF builds one; ties go to the lower source
-number, which makes it deterministic. Within ``Q`` slots source ``i`` gets exactly ``q_i`` windows (its
-``q_i``-th deadline is ``ceil(q_i Q / q_i) = Q`` and its next release is ``Q + 1``), so the counts are
-exact at ``K = Q`` and the schedule of slots ``Q+1 .. 2Q`` is the first period again: the table of one
-period (``Q`` bytes and ``Q`` int64 ranks) gives every slot by arithmetic, ``O(1)`` per slot, without an
-index over the windows. `tests/test_mixture.py` checks the bound over every prefix for random weights.
-
-The period ``Q`` is the least common denominator of the normalised weights when it is at most
-``PERIOD_MAX`` (65,536): 0.7/0.2/0.1 give ``Q = 10``, exact. Other weights are rounded to multiples of
-``1 / PERIOD_MAX`` by largest remainders (each moves by less than ``1 / PERIOD_MAX``); `Mixture.weights`
-reports the weights the bound holds for.
+sequence of slots ``0, 1, 2, ...``; slot ``p`` takes the next window of one source, chosen by a *quota
+schedule*: with weights ``q_i / Q`` (integers summing to ``Q``), the first ``K`` slots hold ``c_i(K)``
+windows of source ``i`` with ``|c_i(K) - K q_i / Q| < 1`` for every ``K`` and every ``i``. The schedule,
+its derivation (earliest deadline first over each window's release and deadline) and the rounding of
+weights to a period of at most 65,536 slots are in `tokembed.data.schedule`; a `tokembed.PhasedMixture`
+(`tokembed.data.phases`) strings several together over training.
 
 Within a source, draw ``j`` (its ``j``-th window of the global order, from 0) is position ``j mod n_i``
 of the source's epoch ``j div n_i``; each epoch is a fresh keyed permutation of the source's windows
@@ -37,7 +16,6 @@ order, and no window of a source is read twice before all its windows are read o
 
 from __future__ import annotations
 
-import functools
 import math
 import os
 from collections.abc import Mapping
@@ -49,94 +27,43 @@ import numpy as np
 
 from tokembed._checks import check_int
 from tokembed._paths import local_path
+from tokembed.data.schedule import PERIOD_MAX, Phase, QuotaSchedule, quota_period, quota_table
 
-__all__ = ["PERIOD_MAX", "Mixture", "MixtureSchedule", "parse_source", "quota_period", "quota_table"]
-
-PERIOD_MAX = 1 << 16  # the longest period: 64 KiB of source numbers + 512 KiB of ranks
-
-
-def quota_period(weights: list[float]) -> tuple[list[int], int]:
-    """Integer weights ``q`` summing to the period ``Q``: exact when the weights' denominator is <= PERIOD_MAX."""
-    fracs = [Fraction(w).limit_denominator(PERIOD_MAX) for w in weights]
-    if all(float(f) == w for f, w in zip(fracs, weights)):  # the weights are these small fractions
-        total = sum(fracs)
-        norm = [f / total for f in fracs]
-        period = math.lcm(*(f.denominator for f in norm))
-        if period <= PERIOD_MAX:
-            return [int(f * period) for f in norm], period
-    total = math.fsum(weights)
-    ideal = [w / total * PERIOD_MAX for w in weights]
-    q = [math.floor(x) for x in ideal]
-    by_remainder = sorted(range(len(q)), key=lambda i: (q[i] - ideal[i], i))  # largest remainder first
-    for i in by_remainder[: PERIOD_MAX - sum(q)]:
-        q[i] += 1
-    return q, PERIOD_MAX
+__all__ = [
+    "PERIOD_MAX",
+    "Mixture",
+    "QuotaSchedule",
+    "parse_source",
+    "quota_period",
+    "quota_table",
+]
 
 
-@functools.lru_cache(maxsize=8)
-def quota_table(q: tuple[int, ...], period: int) -> tuple[np.ndarray, np.ndarray]:
-    """One period of the quota schedule: ``(source, rank)`` of each slot, (Q,) uint8 and (Q,) int64.
-
-    ``rank[k]`` counts the slots before ``k`` that went to the same source (earliest deadline first,
-    see the module's notes).
-    """
-    count = [0] * len(q)
-    release = [0] * len(q)  # 0-based slot from which the source's next window may go
-    deadline = [-(-period // qi) - 1 if qi else period for qi in q]  # 0-based slot by which it must go
-    live = [i for i, qi in enumerate(q) if qi]
-    source = np.empty(period, np.uint8)
-    rank = np.empty(period, np.int64)
-    for k in range(period):
-        best = min((i for i in live if release[i] <= k), key=deadline.__getitem__)
-        source[k], rank[k] = best, count[best]
-        c = count[best] = count[best] + 1
-        release[best] = c * period // q[best]
-        deadline[best] = -(-(c + 1) * period // q[best]) - 1
-    source.flags.writeable = rank.flags.writeable = False
-    return source, rank
-
-
-class MixtureSchedule:
-    """The quota schedule of integer weights ``q`` (summing to ``period``): slot -> (source, draw).
-
-    Attributes:
-        q: windows of each source per period.
-        period: slots per period (``Q``).
-    """
-
-    def __init__(self, q: tuple[int, ...], period: int) -> None:
-        self.q, self.period = tuple(int(x) for x in q), int(period)
-        self._q = np.asarray(self.q, dtype=np.int64)
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"q": self.q, "period": self.period}  # workers rebuild the table (cached per process)
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["q"], state["period"])
-
-    def draws(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``(source, draw)`` of each global slot: which source, and which of its windows (0, 1, ...) in its own order."""
-        source, rank = quota_table(self.q, self.period)
-        cycle, k = np.divmod(np.asarray(slots, dtype=np.int64), self.period)
-        s = source[k].astype(np.int64)
-        return s, cycle * self._q[s] + rank[k]
-
-    def counts(self, n_slots: int) -> np.ndarray:
-        """Windows of each source among the first ``n_slots`` slots: (S,) int64."""
-        source, _ = quota_table(self.q, self.period)
-        cycles, rest = divmod(int(n_slots), self.period)
-        return cycles * self._q + np.bincount(source[:rest], minlength=len(self.q)).astype(np.int64)
-
-
-def _check_weight(path: object, w: object) -> float:
+def check_weight(path: object, w: object, *, where: str = "") -> float:
+    """A source's weight as a float >= 0, else an error naming the source (and ``where``: a phase)."""
+    at = f"{where}: " if where else ""
     if isinstance(w, bool) or not isinstance(w, (int, float, np.integer, np.floating, Fraction)):
-        raise TypeError(f"the weight of source {path} must be a number, got {w!r} ({type(w).__name__})")
+        raise TypeError(f"{at}the weight of source {path} must be a number, got {w!r} ({type(w).__name__})")
     x = float(w)
     if not math.isfinite(x) or x < 0:
         raise ValueError(
-            f"the weight of source {path} must be a finite number >= 0, got {w!r}; weights are relative (0.7, 0.2, 0.1 or 7, 2, 1)"
+            f"{at}the weight of source {path} must be a finite number >= 0, got {w!r}; weights are relative (0.7, 0.2, 0.1 or 7, 2, 1)"
         )
     return x
+
+
+def quota_of(paths: list, raw: list[float], *, where: str = "") -> tuple[list[int], int]:
+    """`quota_period` of checked weights ``raw`` (one per path), refusing a zero sum and unschedulable weights."""
+    at = f"{where}: " if where else ""
+    if math.fsum(raw) <= 0:
+        raise ValueError(f"{at}the weights {raw} sum to 0; give at least one source a positive weight")
+    q, period = quota_period(raw)
+    small = [str(p) for p, w, qi in zip(paths, raw, q) if w > 0 and qi == 0]
+    if small:
+        raise ValueError(
+            f"{at}the weight of {', '.join(small)} is under 1/{2 * PERIOD_MAX} of the total, too small to schedule; raise it or leave the source out"
+        )
+    return q, period
 
 
 def parse_source(text: str) -> tuple[str, float]:
@@ -163,6 +90,37 @@ def source_tokenizer(path: Path):
     return identity_from_manifest(entry) if entry else None
 
 
+def distinct_sources(paths: list[Path]) -> None:
+    """Refuse a source listed twice (under two spellings of one path, too)."""
+    seen: dict[Path, Path] = {}
+    for p in paths:
+        key = p.resolve()
+        if key in seen:
+            raise ValueError(
+                f"source {p} is listed twice (also as {seen[key]}); give each source once with its whole weight"
+            )
+        seen[key] = p
+
+
+def common_tokenizer(paths: list[Path], labels: list[str] | None = None):
+    """The `TokenizerIdentity` the sources share (None when none records one); ``labels`` (a phase each) go
+    into the message naming two sources tokenized differently."""
+    first = None
+    for i, p in enumerate(paths):
+        tok = source_tokenizer(p)
+        if tok is None:
+            continue  # a Megatron dataset from elsewhere records no tokenizer
+        named = f"{p}{f' ({labels[i]})' if labels else ''}"
+        if first is None:
+            first = (p, named, tok)
+        elif not first[2].same_ids(tok):
+            raise ValueError(
+                f"sources {first[1]} and {named} were tokenized differently: {first[0]} by {first[2].describe()}, "
+                f"{p} by {tok.describe()}; prepare every source with the same tokenizer"
+            )
+    return None if first is None else first[2]
+
+
 class Mixture:
     """Shard folders read together in fixed proportions, by formula.
 
@@ -180,7 +138,7 @@ class Mixture:
     Attributes:
         paths: the sources, in the given order (source ``i``).
         weights: the normalised weights the bound holds for, as exact fractions ``q_i / Q``.
-        schedule: the `MixtureSchedule`.
+        schedule: the `QuotaSchedule` (slot -> source and draw).
         tokenizer: the sources' `TokenizerIdentity` (None when none records one).
 
     Raises:
@@ -199,45 +157,13 @@ class Mixture:
             raise ValueError(f"a Mixture takes at most 255 sources, got {len(pairs)}; merge some folders first")
         self.seed = check_int("seed", seed, min=0)
         self.paths = tuple(local_path(os.fspath(p), what="the mixture source") for p, _ in pairs)
-        raw = [_check_weight(p, w) for p, w in pairs]
+        raw = [check_weight(p, w) for p, w in pairs]
         self.given_weights = tuple(raw)
-        if math.fsum(raw) <= 0:
-            raise ValueError(f"the weights {raw} sum to 0; give at least one source a positive weight")
-        self._check_paths()
-        q, period = quota_period(raw)
-        small = [str(p) for p, w, qi in zip(self.paths, raw, q) if w > 0 and qi == 0]
-        if small:
-            raise ValueError(
-                f"the weight of {', '.join(small)} is under 1/{2 * PERIOD_MAX} of the total, too small to schedule; raise it or leave the source out"
-            )
-        self.schedule = MixtureSchedule(tuple(q), period)
+        distinct_sources(list(self.paths))
+        q, period = quota_of(list(self.paths), raw)
+        self.schedule = QuotaSchedule(tuple(q), period)
         self.weights = tuple(Fraction(qi, period) for qi in q)
-        self.tokenizer = self._check_tokenizers()
-
-    def _check_paths(self) -> None:
-        seen: dict[Path, Path] = {}
-        for p in self.paths:
-            key = p.resolve()
-            if key in seen:
-                raise ValueError(
-                    f"source {p} is listed twice (also as {seen[key]}); give each source once with its whole weight"
-                )
-            seen[key] = p
-
-    def _check_tokenizers(self):
-        first = None
-        for p in self.paths:
-            tok = source_tokenizer(p)
-            if tok is None:
-                continue  # a Megatron dataset from elsewhere records no tokenizer
-            if first is None:
-                first = (p, tok)
-            elif not first[1].same_ids(tok):
-                raise ValueError(
-                    f"sources {first[0]} and {p} were tokenized differently: {first[0]} by {first[1].describe()}, "
-                    f"{p} by {tok.describe()}; prepare every source with the same tokenizer"
-                )
-        return None if first is None else first[1]
+        self.tokenizer = common_tokenizer(list(self.paths))
 
     def __len__(self) -> int:
         return len(self.paths)
@@ -273,7 +199,24 @@ class Mixture:
             )
         return cls([tuple(pair) for pair in spec["sources"]], seed=spec["seed"])
 
-    def state_entries(self) -> dict[str, Any]:
+    # -- what the loader asks of a mixture (a `tokembed.PhasedMixture` answers the same) ----------------
+
+    @property
+    def phases(self) -> tuple:
+        """One `tokembed.data.phases.Phase`, from token 0, with these weights (a `PhasedMixture` has several)."""
+        listed = tuple(enumerate(self.given_weights))
+        return (Phase(number=1, name=None, start=0, listed=listed, q=self.schedule.q, period=self.schedule.period),)
+
+    @property
+    def epoch_sources(self) -> tuple[int, ...]:
+        """The sources whose windows make the loader's nominal epoch: all of them."""
+        return tuple(range(len(self.paths)))
+
+    def slot_schedule(self, *, max_length: int) -> QuotaSchedule:
+        """Slot -> (source, draw) of the global order: the quota schedule (windows of any length)."""
+        return self.schedule
+
+    def state_entries(self, sources: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         """What a loader's state records of the mixture beside its data: the weights and the seed."""
         d = self.to_dict()
         return {"weights": d["weights"], "mixture_seed": d["seed"]}

@@ -1,20 +1,21 @@
-"""The windows of a `Mixture`: slot ``k`` of the global order -> one window of one source.
+"""The windows of a `Mixture` or a `PhasedMixture`: slot ``k`` of the global order -> one window of one source.
 
 ``SlidingWindowDataset(mixture, max_length=...)`` builds this: one `SlidingWindowDataset` per source
-(same window options), and the mixture's quota schedule on top (see `tokembed.data.mixture`). Slot
+(same window options), and the mixture's slot schedule on top (`Mixture.slot_schedule`: a
+`tokembed.data.schedule.QuotaSchedule`, or a phased mixture's `PhaseSchedule`). Slot
 ``k`` is draw ``j`` of source ``s``; the draw is position ``j mod n_s`` of the source's epoch
 ``j div n_s``, whose order is a `FeistelPermutation` keyed by (mixture seed, order seed, source, epoch).
-Nothing is stored per window or per slot.
+Nothing is stored per window or per slot. `codes` gives any slots' windows by arithmetic: it is also the
+future order a cache may read ahead of the loader.
 
-``len()`` is the sum of the sources' windows: a nominal epoch (the global order itself never ends).
+``len()`` is a nominal epoch, the sum of the sources' windows (of a phased mixture: its first phase's
+sources'); the global order itself never ends.
 A loader reads slots ``0, 1, 2, ...`` in order, epoch ``e`` being its next ``len() // global_batch``
 steps; the order seed and ``shuffle`` are the loader's (``dataset[k]`` uses seed 0, shuffled).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -24,6 +25,7 @@ import torch
 
 from tokembed.data.batch import DocumentBatch, DocumentLayout
 from tokembed.data.packed import PackedWindows
+from tokembed.data.schedule import RESUME_KEYS, check_resume, first_slot, sources_fingerprint
 from tokembed.data.shuffle import FeistelFamily, FeistelPermutation
 from tokembed.data.windows import SlidingWindowDataset
 
@@ -36,7 +38,7 @@ class MixtureWindows(SlidingWindowDataset):
     """Sliding windows over a `Mixture` of shard folders, in its global order.
 
     Args:
-        mixture: the `tokembed.Mixture`: sources and weights.
+        mixture: the `tokembed.Mixture` or `tokembed.PhasedMixture`: sources and weights.
         max_length, stride, within_documents, split, verify: as for `SlidingWindowDataset`, for every source.
         packing: pack each source's whole documents into windows (a `tokembed.data.packing.PACKERS` name,
             see `PackedWindows`); the schedule then draws packed windows. None: sliding windows.
@@ -44,7 +46,11 @@ class MixtureWindows(SlidingWindowDataset):
     Attributes:
         mixture: the `Mixture`.
         sources: one `SlidingWindowDataset` per source.
-        n_windows: the sum of the sources' windows (``len()``).
+        n_windows: the nominal epoch (``len()``): the sum of the sources' windows (a phased mixture's: its
+            first phase's sources').
+        schedule: slot -> (source, draw), for windows of ``max_length`` tokens.
+        phases: the mixture's `tokembed.data.phases.Phase` s (one for a `Mixture`); first_slots: the slot
+            each starts at (``ceil(start / max_length)``).
     """
 
     def __init__(
@@ -74,7 +80,11 @@ class MixtureWindows(SlidingWindowDataset):
         self.max_length, self.stride, self.within_documents = first.max_length, first.stride, first.within_documents
         self.source_kind = "mixture"
         self.n_tokens = sum(s.n_tokens for s in self.sources)
-        self.n_windows = sum(len(s) for s in self.sources)
+        # The nominal epoch (len()): a Mixture's sources, a PhasedMixture's first phase's (later phases never move it).
+        self.n_windows = sum(len(self.sources[i]) for i in mixture.epoch_sources)
+        self.schedule = mixture.slot_schedule(max_length=self.max_length)  # slot -> (source, draw)
+        self.phases = mixture.phases  # one for a Mixture
+        self.first_slots = tuple(first_slot(ph.start, self.max_length) for ph in self.phases)  # where each phase starts
         self.eot_token = first.eot_token
         self._sizes = np.array([len(s) for s in self.sources], dtype=np.int64)  # (S,)
         self._offsets = np.cumsum([0] + [s.n_tokens for s in self.sources], dtype=np.int64)  # (S+1,)
@@ -119,11 +129,12 @@ class MixtureWindows(SlidingWindowDataset):
     def codes(self, slots: np.ndarray, *, shuffle: bool = True, seed: int = 0) -> np.ndarray:
         """The windows of global slots ``slots``, each coded ``window * S + source``: same shape, int64."""
         slots = np.asarray(slots, dtype=np.int64)
-        source, draw = self.mixture.schedule.draws(slots.ravel())  # (K,), (K,)
+        source, draw = self.schedule.draws(slots.ravel())  # (K,), (K,)
         epoch, pos = np.divmod(draw, self._sizes[source])
         if not shuffle:
             return (pos * len(self._sizes) + source).reshape(slots.shape)
-        perms, group = [], np.empty_like(pos)  # one permutation per (source, epoch) in the block
+        perms: list[FeistelPermutation] = []  # one permutation per (source, epoch) in the block
+        group = np.empty_like(pos)
         for s in np.flatnonzero(np.bincount(source, minlength=len(self._sizes))).tolist():
             sel = np.flatnonzero(source == s)
             first, last = int(epoch[sel].min()), int(epoch[sel].max())  # one or two epochs in a loader's block
@@ -169,7 +180,7 @@ class MixtureWindows(SlidingWindowDataset):
         """The tokens of a window that crosses a shard boundary of its source (a new array)."""
         s = int(np.searchsorted(self._offsets, start, side="right")) - 1
         local = start - int(self._offsets[s])
-        return self.sources[s]._shards.read(local, local + self.max_length + 1)
+        return self.sources[s]._read(local, local + self.max_length + 1)
 
     def _window_starts(self, codes: np.ndarray) -> np.ndarray:
         """Where coded windows start in the sources' streams end to end: (B,) int64."""
@@ -263,7 +274,28 @@ class MixtureWindows(SlidingWindowDataset):
     def fingerprint(self) -> str:
         """A hash of the sources' data fingerprints (not of their paths, nor of the weights or seed)."""
         if self._fingerprint is None:
-            h = hashlib.blake2b(digest_size=12)
-            h.update(json.dumps([s.fingerprint() for s in self.sources]).encode())
-            self._fingerprint = h.hexdigest()
+            self._fingerprint = sources_fingerprint([s.fingerprint() for s in self.sources])
         return self._fingerprint
+
+    def state_entries(self) -> dict:
+        """What a loader's state records of the mixture beside the data (`Mixture.state_entries`)."""
+        return self.mixture.state_entries(self.source_records())
+
+    def source_records(self) -> list[dict]:
+        """Each source's path, data fingerprint and windows (what a phased mixture's resume compares)."""
+        return [
+            {"path": str(p), "data": s.fingerprint(), "windows": len(s)}
+            for p, s in zip(self.mixture.paths, self.sources)
+        ]
+
+    def resume_keys(self, saved: dict) -> tuple[str, ...]:
+        """The keys of a saved loader config that `resume_check` compares (the loader compares the rest one by
+        one): the data and the schedule when either side has phases (a `PhasedMixture`), else none."""
+        phased = "phases" in saved or "phases" in self.mixture.state_entries()
+        return RESUME_KEYS if phased else ()
+
+    def resume_check(self, saved: dict, *, slot: int) -> list[str]:
+        """A loader state saved at global slot ``slot``: raise if a phase that had started, or the data it read,
+        differs here; else what changed in the schedule after it, for the log
+        (`tokembed.data.schedule.check_resume`)."""
+        return check_resume(saved, self.phases, self.source_records(), slot=slot, max_length=self.max_length)

@@ -24,7 +24,7 @@ from tokembed._atomic import atomic_open
 from tokembed._checks import check_bool
 from tokembed.data.batch import IGNORE_INDEX, DocumentBatch, DocumentLayout
 from tokembed.data.packing import PackingPlan, cached_plan, check_packer, plan_key, plan_packing
-from tokembed.data.windows import SlidingWindowDataset, _split_rows
+from tokembed.data.windows import SlidingWindowDataset, WindowSource, _split_rows
 from tokembed.shards.reader import ShardSet
 
 __all__ = ["PackedWindows"]
@@ -63,7 +63,7 @@ class PackedWindows(SlidingWindowDataset):
 
     def __init__(
         self,
-        source=None,
+        source: WindowSource | None = None,
         *,
         max_length: int,
         packing: str = "best-fit",
@@ -82,7 +82,6 @@ class PackedWindows(SlidingWindowDataset):
         super().__init__(source, max_length=max_length, **options)
 
     def _plan_windows(self) -> None:
-        self._stored: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         if self._shards is not None:  # a folder's plan is cached, known by its tokens' and indexes' sha256
             index = [(s.n_documents, getattr(s, "index_sha256", None)) for s in self._shards.shards]
             self._data_key = json.dumps([self.fingerprint(), index])

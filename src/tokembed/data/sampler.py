@@ -56,7 +56,7 @@ class _BatchIterator:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.loader.load_state_dict(state)  # checks the data and options, sets the epoch
         self.loader._resume_at = 0
-        self.__init__(self.loader, state["batches_done"])  # type: ignore[misc]
+        type(self).__init__(self, self.loader, state["batches_done"])
 
 
 class WindowBatchSampler(torch.utils.data.Sampler):

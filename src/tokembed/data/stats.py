@@ -101,41 +101,125 @@ def mixture_stats(
     stride: int | None = None,
     split: str = "train",
 ) -> dict[str, Any]:
-    """What a run of ``steps`` global batches reads of each source of a `tokembed.Mixture` (torch-free).
+    """What a run of ``steps`` global batches reads of each source of a `tokembed.Mixture` or
+    `tokembed.PhasedMixture`, per phase and per source (torch-free).
 
-    The counts follow the loader's arithmetic: the run reads slots ``[0, steps * global_batch_size)``
-    of the mixture's global order, and source ``i`` gives ``schedule.counts(slots)[i]`` of them.
+    The counts follow the loader's arithmetic: the run reads slots ``[0, steps * global_batch_size)`` of the
+    mixture's global order (`Mixture.slot_schedule`), a source's draw ``j`` being window ``j mod n`` of its
+    epoch ``j div n``. A source *runs out* at the step that reads the last window of one of its epochs and
+    *restarts* at the step that reads its next window (in a fresh order), which a later phase may postpone.
 
     Args:
-        mixture: the `Mixture`.
-        steps: optimizer steps (global batches); default one nominal epoch (the sources' windows // G).
+        mixture: the `Mixture` or `PhasedMixture`.
+        steps: optimizer steps (global batches); default one nominal epoch (the first phase's sources' windows
+            // G) after the last phase starts.
         global_batch_size: windows per step over all ranks (``G``).
         max_length, stride: the window options (``stride`` defaults to ``max_length``), as the loader's.
         split: the sources' split.
 
     Returns:
-        ``{"steps", "global_batch_size", "windows_read", "sources": [{"path", "weight", "tokens",
-        "windows", "windows_read", "epochs"}]}``; ``epochs`` is windows read / windows (a float).
+        ``{"steps", "global_batch_size", "max_length", "windows_read", "sources": [{"path", "weight", "tokens",
+        "windows", "windows_read", "tokens_read", "epochs", "epochs_completed", "runs_out"}], "phases": [{"number",
+        "name", "start", "first_window", "first_step", "mid_step", "windows_read", "sources": [{"path", "weight",
+        "windows_read", "tokens_read", "epochs_from", "epochs_to", "runs_out"}]}]}``. ``weight`` is a Mixture's
+        weight (None for a phased mixture's source row); ``epochs`` are windows read / windows (floats);
+        ``runs_out`` lists ``{"epoch", "window", "step", "restarts_at_step"}``: the window (slot) and step that
+        read the epoch's last window, and the step of the source's next window (None: not within the run); at
+        most 100 per source.
+
+    Raises:
+        ValueError: a phase that starts at or after the run's end.
     """
+    from tokembed.data.phases import check_end
+    from tokembed.data.schedule import first_slot
     from tokembed.shards.reader import open_shards
 
     g = check_positive_int("global_batch_size", global_batch_size)
+    max_length = check_positive_int("max_length", max_length)
     stride = max_length if stride is None else stride
     tokens = [open_shards(p, split=split).n_tokens for p in mixture.paths]
     windows = [plan(n, max_length=max_length, stride=stride, batch_size=1).windows for n in tokens]
+    schedule = mixture.slot_schedule(max_length=max_length)
+    firsts = [first_slot(ph.start, max_length) for ph in mixture.phases]
     if steps is None:
-        steps = max(1, sum(windows) // g)
+        nominal = sum(windows[i] for i in mixture.epoch_sources) // g
+        steps = -(-firsts[-1] // g) + max(1, nominal)
     slots = check_int("steps", steps, min=0) * g
-    read = mixture.schedule.counts(slots).tolist()
+    what, fix = f"{steps:,} steps x {g} windows", "raise --steps (steps=), or start it earlier"
+    check_end(mixture.phases, windows=slots, max_length=max_length, what=what, fix=fix)
+    runs_out = [_runs_out(schedule, i, n, slots, g) for i, n in enumerate(windows)]
+    read = schedule.counts(slots).tolist()
+    single = len(mixture.phases) == 1
     rows = [
         {
             "path": str(p),
-            "weight": float(w),
+            "weight": float(mixture.phases[0].weights[i]) if single else None,
             "tokens": n,
             "windows": k,
             "windows_read": r,
+            "tokens_read": r * max_length,
             "epochs": r / k if k else None,
+            "epochs_completed": r // k if k else None,
+            "runs_out": runs_out[i],
         }
-        for p, w, n, k, r in zip(mixture.paths, mixture.weights, tokens, windows, read)
+        for i, (p, n, k, r) in enumerate(zip(mixture.paths, tokens, windows, read))
     ]
-    return {"steps": steps, "global_batch_size": g, "windows_read": slots, "sources": rows}
+    phases = _phase_rows(mixture, schedule, firsts, windows, runs_out, slots=slots, g=g, max_length=max_length)
+    return {
+        "steps": steps,
+        "global_batch_size": g,
+        "max_length": max_length,
+        "windows_read": slots,
+        "sources": rows,
+        "phases": phases,
+    }
+
+
+_RUNS_OUT_LISTED = 100  # epochs listed per source
+
+
+def _runs_out(schedule, source: int, n: int, slots: int, g: int) -> list[dict[str, Any]]:
+    """``{"epoch", "step", "restarts_at_step"}`` of each epoch of ``source`` that ends within ``slots`` slots."""
+    done = int(schedule.counts(slots)[source]) // n if n else 0
+    out = []
+    for e in range(min(done, _RUNS_OUT_LISTED)):
+        last = schedule.slot_of_draw(source, (e + 1) * n - 1)
+        nxt = schedule.slot_of_draw(source, (e + 1) * n)
+        again = nxt // g if nxt is not None and nxt < slots else None
+        out.append({"epoch": e, "window": last, "step": last // g, "restarts_at_step": again})
+    return out
+
+
+def _phase_rows(mixture, schedule, firsts, windows, runs_out, *, slots: int, g: int, max_length: int) -> list[dict]:
+    """Per phase: where it starts (token, window, step) and what each of its sources reads in it."""
+    out = []
+    ends = [*firsts[1:], slots]
+    for ph, lo, hi in zip(mixture.phases, firsts, ends):
+        hi = min(hi, slots)
+        before, after = schedule.counts(lo), schedule.counts(hi)
+        rows = [
+            {
+                "path": str(mixture.paths[i]),
+                "weight": float(ph.weights[i]),
+                "windows_read": int(after[i] - before[i]),
+                "tokens_read": int(after[i] - before[i]) * max_length,
+                "epochs_from": int(before[i]) / windows[i] if windows[i] else None,
+                "epochs_to": int(after[i]) / windows[i] if windows[i] else None,
+                "runs_out": [r for r in runs_out[i] if lo <= r["window"] < hi],
+            }
+            for i in range(len(mixture.paths))
+            if ph.weights[i] or after[i] != before[i]
+        ]
+        out.append(
+            {
+                "number": ph.number,
+                "name": ph.name,
+                "start": ph.start,
+                "first_window": lo,
+                "first_step": lo // g,
+                "mid_step": lo % g != 0,
+                "windows_read": hi - lo,
+                "sources": rows,
+            }
+        )
+    return out

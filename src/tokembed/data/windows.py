@@ -14,7 +14,7 @@ import numbers
 import os
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeAlias, TypeGuard
 
 import numpy as np
 import torch
@@ -28,6 +28,20 @@ from tokembed.shards import reader as shard_reader
 from tokembed.shards.megatron import is_megatron_prefix
 from tokembed.tokenizer import ENDOFTEXT, TokenizerLike, get_tokenizer
 from tokembed.tokenizer.gpt2 import GPT2_EOT
+
+
+class NamesItsWindows(Protocol):
+    """A source that says which dataset reads its windows (a `tokembed.Mixture`: `MixtureWindows`)."""
+
+    def window_dataset_class(self) -> type: ...
+
+
+# What windows are read from (SlidingWindowDataset's Args say how each is told apart): a shard folder or a
+# Megatron prefix (a path, a str naming one, an open ShardSet), a Mixture of those, a 1-D token array (numpy,
+# torch, a list, tuple or range of ids), or a text (any other str).
+WindowSource: TypeAlias = (
+    "str | os.PathLike[str] | shard_reader.ShardSet | NamesItsWindows | np.ndarray | torch.Tensor | Sequence[int]"
+)
 
 __all__ = ["SlidingWindowDataset", "check_window_args", "collate_windows", "encode_text"]
 
@@ -123,7 +137,7 @@ def collate_windows(batch):
 _PATH_SUFFIXES = (".bin", ".idx", ".json", ".jsonl", ".txt", ".md", ".npy", ".gz")
 
 
-def _names_shards(source: object) -> bool:
+def _names_shards(source: object) -> TypeGuard[str]:
     """A str naming an existing shard folder or Megatron prefix (any other str is a text)."""
     if not isinstance(source, str) or len(source) >= 4096 or "\n" in source:
         return False
@@ -157,7 +171,7 @@ def _refuse(kind: str, **options) -> None:
         )
 
 
-def _token_array(source) -> np.ndarray:
+def _token_array(source: WindowSource | None) -> np.ndarray:
     """A 1-D integer array of ids >= 0 that fit int64, from numpy, torch, a list, a tuple or a range."""
     if isinstance(source, torch.Tensor):
         source = source.detach().cpu().numpy()
@@ -226,7 +240,7 @@ class SlidingWindowDataset(Dataset):
         TypeError: a source of another type, or a non-integer array.
     """
 
-    def __new__(cls, source=None, *args, **kwargs):
+    def __new__(cls, source: WindowSource | None = None, *args: Any, **kwargs: Any) -> SlidingWindowDataset:
         # A source that names its own windows (a tokembed.Mixture: MixtureWindows) gets them, so it is
         # accepted wherever a shard folder is.
         variant = getattr(source, "window_dataset_class", None)
@@ -236,7 +250,7 @@ class SlidingWindowDataset(Dataset):
 
     def __init__(
         self,
-        source=None,
+        source: WindowSource | None = None,
         *,
         max_length: int,
         stride: int | None = None,
@@ -251,8 +265,8 @@ class SlidingWindowDataset(Dataset):
         self.stride = self.max_length if stride is None else check_positive_int("stride", stride)
         self.within_documents = check_bool("within_documents", within_documents)
         check_bool("verify", verify)
-        self._shards = None  # a ShardSet (paths only: maps are opened lazily in each process)
-        self._array = None  # an in-memory (N,) token array
+        self._shards: shard_reader.ShardSet | None = None  # paths only: maps are opened lazily in each process
+        self._array: np.ndarray | None = None  # an in-memory (N,) token array
         self._fingerprint: str | None = None
         if (source is None) == (text is None):
             raise TypeError(
@@ -265,7 +279,16 @@ class SlidingWindowDataset(Dataset):
 
     # -- construction ------------------------------------------------------------------------------
 
-    def _open(self, source, text, *, split, verify, eot_token, tokenizer) -> None:
+    def _open(
+        self,
+        source: WindowSource | None,
+        text: str | None,
+        *,
+        split: str | None,
+        verify: bool,
+        eot_token: int | None,
+        tokenizer: TokenizerLike | None,
+    ) -> None:
         if text is None and (isinstance(source, (shard_reader.ShardSet, os.PathLike)) or _names_shards(source)):
             _refuse("a shard folder", eot_token=eot_token, tokenizer=tokenizer)
             self._open_shards(source, split=split, verify=verify)
@@ -279,7 +302,9 @@ class SlidingWindowDataset(Dataset):
             enc: Any = get_tokenizer(tokenizer or "gpt2") if named else tokenizer
             arr = encode_text(text, enc)
             self.source_kind = "text"
-            self.eot_token = int(getattr(enc, "eot_token", GPT2_EOT)) if eot_token is None else int(eot_token)
+            self.eot_token: int | None = (
+                int(getattr(enc, "eot_token", GPT2_EOT)) if eot_token is None else int(eot_token)
+            )
         else:
             _refuse("a token array", split=split, verify=verify, tokenizer=tokenizer)
             arr = _token_array(source)
@@ -292,7 +317,9 @@ class SlidingWindowDataset(Dataset):
         self._seg_len = np.diff(self._cum)
         self._doc_starts_fn = self._array_doc_starts
 
-    def _open_shards(self, source, *, split: str | None, verify: bool) -> None:
+    def _open_shards(
+        self, source: str | os.PathLike[str] | shard_reader.ShardSet, *, split: str | None, verify: bool
+    ) -> None:
         if isinstance(source, shard_reader.ShardSet):
             if verify or (split is not None and split != source.split):
                 raise ValueError(
@@ -415,19 +442,32 @@ class SlidingWindowDataset(Dataset):
         if self._shards is not None:
             self._shards.check_unchanged()
 
-    def _views(self) -> dict[int, np.ndarray]:
-        """This process's row views, one per segment, made on first use (so each worker opens its own maps)."""
+    def _views(self) -> dict[int | str, Any]:
+        """This process's row views, one per segment (key ``i``: an ndarray), and the segments as flat arrays
+        (key ``"flat"``: a list), made on first use (so each worker opens its own maps)."""
         pid, views = self.__dict__.get("_row_views", (None, None))
         if pid != os.getpid():
             views = {}
             self._row_views = (os.getpid(), views)
         return views
 
-    def _view(self, i: int, views: dict[int, np.ndarray]) -> np.ndarray:
+    def _segment(self, i: int) -> np.ndarray:
+        """Segment ``i``'s tokens: shard ``i``, or the in-memory array (the one segment)."""
+        if self._shards is not None:
+            return self._shards.tokens(i)
+        if self._array is None:  # the constructor sets one of the two
+            raise RuntimeError("this SlidingWindowDataset was not constructed (neither shards nor an array)")
+        return self._array
+
+    def _read(self, start: int, stop: int) -> np.ndarray:
+        """Tokens ``[start, stop)`` of the whole source, across shard boundaries (a new array across them)."""
+        return self._shards.read(start, stop) if self._shards is not None else self._segment(0)[start:stop]
+
+    def _view(self, i: int, views: dict[int | str, Any]) -> np.ndarray:
         """Segment ``i`` (a shard, or the array) seen as rows: ``view[j]`` = tokens ``[j, j + T + 1)``."""
         v = views.get(i)
         if v is None:
-            seg = self._array if self._shards is None else self._shards.tokens(i)
+            seg = self._segment(i)
             w = self.max_length + 1
             rows = max(0, len(seg) - w + 1)
             # A read-only strided view: a fancy row index on it gathers a whole batch in one call.
@@ -438,7 +478,7 @@ class SlidingWindowDataset(Dataset):
         return v
 
     def _flat(self, i: int, views: dict) -> np.ndarray:
-        seg = self._array if self._shards is None else self._shards.tokens(i)
+        seg = self._segment(i)
         return seg.view(np.ndarray)  # the same memory, without np.memmap's per-slice bookkeeping
 
     def row_pieces(self, starts: np.ndarray) -> list[np.ndarray]:
@@ -453,7 +493,7 @@ class SlidingWindowDataset(Dataset):
         if flat is None:
             flat = views["flat"] = [self._flat(i, views) for i in range(len(self._seg_len))]
         return [
-            flat[i][j : j + w] if ok else self._shards.read(a, a + w)
+            flat[i][j : j + w] if ok else self._read(a, a + w)
             for i, j, ok, a in zip(seg.tolist(), local.tolist(), inside.tolist(), starts.tolist())
         ]
 
@@ -486,7 +526,7 @@ class SlidingWindowDataset(Dataset):
         out = np.empty_like(rows_s)
         out[order] = rows_s
         for j in np.flatnonzero(~inside):  # the few windows that straddle a shard boundary
-            out[j] = self._shards.read(int(starts[j]), int(starts[j]) + w)
+            out[j] = self._read(int(starts[j]), int(starts[j]) + w)
         return out
 
     def gather(self, indices) -> tuple[torch.Tensor, torch.Tensor]:
@@ -583,6 +623,6 @@ class SlidingWindowDataset(Dataset):
             else:
                 a = np.ascontiguousarray(self._array)
                 h.update(str(a.dtype).encode() + b"\0")
-                h.update(memoryview(a).cast("B"))
+                h.update(a.data.cast("B"))
             self._fingerprint = h.hexdigest()
         return self._fingerprint

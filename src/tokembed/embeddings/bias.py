@@ -44,6 +44,8 @@ class ALiBi(AttentionPositional):
     No parameters. Shapes: ``score_bias`` -> (B or 1, n_heads, Tq, Tk).
     """
 
+    slopes: torch.Tensor  # (n_heads,) buffer
+
     def __init__(self, n_heads: int) -> None:
         super().__init__()
         self.n_heads = check_positive_int("n_heads", n_heads)

@@ -26,11 +26,18 @@ they change; ``tokembed inspect CKPT isotropy`` prints them.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from typing import TypeAlias
 
+import numpy as np
 import torch
 
 __all__ = ["Isotropy", "isoscore", "isotropy", "isotropy_of_table"]
+
+
+# (n, D) rows: a tensor, an array, or nested lists (anything torch.as_tensor reads)
+Rows: TypeAlias = "torch.Tensor | np.ndarray | Sequence[Sequence[float]]"
 
 
 @dataclass(frozen=True)
@@ -86,13 +93,13 @@ def _mean_cosine(x: torch.Tensor) -> float:
     return float((total @ total - m) / (m * (m - 1)))  # sum over i != j of u_i.u_j, over m(m-1) ordered pairs
 
 
-def isoscore(vectors) -> float:
+def isoscore(vectors: Rows) -> float:
     """IsoScore of (n, D) rows: 1 when their variance is spread evenly over every direction, 0 on one line."""
     x = _as_rows(vectors)
     return isoscore_of_variances(_variances(x))
 
 
-def isotropy(vectors) -> Isotropy:
+def isotropy(vectors: Rows) -> Isotropy:
     """Mean pairwise cosine, variance share of the top principal components, and IsoScore of (n, D) rows."""
     x = _as_rows(vectors)
     var = _variances(x)
@@ -101,7 +108,7 @@ def isotropy(vectors) -> Isotropy:
     return Isotropy(x.shape[0], _mean_cosine(x), share(1), share(10), isoscore_of_variances(var))
 
 
-def _as_rows(vectors) -> torch.Tensor:
+def _as_rows(vectors: Rows) -> torch.Tensor:
     x = torch.as_tensor(vectors)
     if x.ndim != 2 or x.shape[0] < 2 or x.shape[1] < 1:
         raise ValueError(f"isotropy needs (rows, dim) vectors with at least 2 rows, got shape {tuple(x.shape)}")

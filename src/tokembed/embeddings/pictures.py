@@ -7,6 +7,7 @@ A module that acts inside attention answers ``AttentionPositional.pictures(modul
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
@@ -33,7 +34,11 @@ class PositionPicture:
     log_y: bool = False
 
 
-def score_bias_picture(module, length: int, title: str, *, n_heads: int) -> PositionPicture:
+class _ScoreBias(Protocol):
+    def score_bias(self, q: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor: ...
+
+
+def score_bias_picture(module: _ScoreBias, length: int, title: str, *, n_heads: int) -> PositionPicture:
     """The term ``module.score_bias`` adds for a key ``d`` tokens before the query, per head, d = 0..length-1.
 
     For biases that do not depend on the query's content (ALiBi, T5): the query is a zero vector.

@@ -65,9 +65,9 @@ def rope_inv_freq(
     inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))  # (d/2,)
     if scaling == "linear":
         inv_freq = inv_freq / factor  # p/factor * theta == p * (theta/factor)
-    elif scaling == "yarn":
+    elif scaling == "yarn" and original_length is not None:  # (_check_scaling: yarn and llama3 have it)
         inv_freq = _yarn(inv_freq, head_dim, base, factor, original_length)
-    elif scaling == "llama3":
+    elif scaling == "llama3" and original_length is not None:
         inv_freq = _llama3(inv_freq, factor, original_length)
     return inv_freq
 
@@ -93,7 +93,7 @@ def _yarn(inv_freq: torch.Tensor, dim: int, base: float, factor: float, original
     def dim_for(rotations: float) -> float:  # the dimension whose frequency turns `rotations` times
         return dim * math.log(original_length / (rotations * 2 * math.pi)) / (2 * math.log(base))
 
-    low, high = max(math.floor(dim_for(YARN_BETA_FAST)), 0), min(math.ceil(dim_for(YARN_BETA_SLOW)), dim - 1)
+    low, high = max(math.floor(dim_for(YARN_BETA_FAST)), 0), float(min(math.ceil(dim_for(YARN_BETA_SLOW)), dim - 1))
     if low == high:
         high += 0.001  # no division by zero (as transformers)
     ramp = ((torch.arange(dim // 2, dtype=torch.float64) - low) / (high - low)).clamp(0, 1)  # 0: keep, 1: interpolate
@@ -125,6 +125,8 @@ class RotaryEmbedding(AttentionPositional):
     Shapes:
         x (B, H, T, head_dim), position_ids (T,) or (B, T) integer -> (B, H, T, head_dim)
     """
+
+    inv_freq: torch.Tensor  # (rotary_dim/2,) float64 buffer
 
     def __init__(
         self,

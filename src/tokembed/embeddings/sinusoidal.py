@@ -38,6 +38,8 @@ class SinusoidalPositionalEmbedding(nn.Module):
         position_ids (*) integer -> (*, dim) float32
     """
 
+    inv_freq: torch.Tensor  # (dim/2,) float64 buffer
+
     def __init__(self, dim: int, *, base: float = 10000.0) -> None:
         super().__init__()
         check_positive_int("dim", dim)

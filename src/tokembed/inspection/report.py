@@ -43,7 +43,7 @@ figcaption{font-size:.85rem;color:#555}.grid{display:flex;flex-wrap:wrap;gap:1re
 
 
 def write_report(
-    source,
+    source: str | Path | EmbeddingTable,
     out: str | Path,
     *,
     config: ReportConfig | None = None,
@@ -97,7 +97,9 @@ def write_report(
     return out
 
 
-def _report_input(source, config: ReportConfig, *, allow_unverified: bool = False) -> ReportInput:
+def _report_input(
+    source: str | Path | EmbeddingTable, config: ReportConfig, *, allow_unverified: bool = False
+) -> ReportInput:
     table = source if isinstance(source, EmbeddingTable) else load_table(source, allow_unverified=allow_unverified)
     table = table_with_counts(table, corpus=config.corpus, min_count=config.min_count)
     ckpt = None

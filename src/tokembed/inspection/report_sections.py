@@ -61,7 +61,7 @@ def _marked(table: EmbeddingTable, token_id: int, label_html: str) -> str:
     return label_html
 
 
-def _num(x: float, fmt: str = ".3f") -> str:
+def _num(x: float | None, fmt: str = ".3f") -> str:
     return "&ndash;" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, fmt)
 
 
@@ -266,9 +266,12 @@ def _words(t: EmbeddingTable, c) -> list:
 
 def _frequent_words(table: EmbeddingTable, n: int) -> list[str]:
     # The most frequent tokens that are words (letters, maybe after a space), for the neighbour tables.
-    words = []
-    for i in torch.argsort(table.counts, descending=True, stable=True).tolist():
-        if table.counts[i] == 0 or len(words) >= n:
+    words: list[str] = []
+    counts = table.counts  # (V,) reads per id
+    if counts is None:
+        return words
+    for i in torch.argsort(counts, descending=True, stable=True).tolist():
+        if counts[i] == 0 or len(words) >= n:
             break
         lab = table.label(i)
         if lab.strip().isalpha() and len(lab.strip()) > 2:
@@ -346,7 +349,7 @@ def positions(given) -> str:
     t = given.table
     head = "<h2>Position embeddings</h2>"
     if t.positions is not None:
-        return head + _absolute_positions(t, given.config)
+        return head + _absolute_positions(t, t.positions, given.config)
     from tokembed.inspection.plot import plot_position_picture
     from tokembed.inspection.positions import checkpoint_position_pictures, describe_scheme, has_position_modules
 
@@ -366,10 +369,10 @@ def positions(given) -> str:
     return head + about + "".join(_img(plot_position_picture(p), p.title) for p in pictures)
 
 
-def _absolute_positions(t: EmbeddingTable, config) -> str:
+def _absolute_positions(t: EmbeddingTable, positions: torch.Tensor, config) -> str:
     from tokembed.inspection.plot import plot_position_distance, plot_position_similarity
 
-    P = t.positions.shape[0]
+    P = positions.shape[0]  # positions: t.positions, (P,D)
     shown = P if config.max_positions is None else min(P, config.max_positions)
     sim = t.position_similarity()
     offs = [k for k in (1, 2, 4, 8, 16, 64) if k < P]

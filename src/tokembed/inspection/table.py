@@ -237,7 +237,7 @@ class EmbeddingTable:
     counts: torch.Tensor | None = None
     counts_source: str = ""
     min_count: int = MIN_COUNT
-    _label_index: dict = field(default=None, init=False, repr=False)
+    _label_index: dict[str, int] = field(default_factory=dict, init=False, repr=False)  # label -> first row
 
     @property
     def _tokenizer(self) -> Tokenizer | None:

@@ -42,6 +42,6 @@ def megatron_tokenizer(source: str | os.PathLike) -> Any:
         )
     n_vocab, eot = ss.n_vocab, ss.eot_token
     tok = NullTokenizer(n_vocab - 1)
-    if eot != n_vocab - 1:  # NullTokenizer's eod is its last id: give it this tokenizer's end-of-text
-        tok._eod_id = int(eot)
+    if eot is not None and eot != n_vocab - 1:  # NullTokenizer's eod is its last id: give it this tokenizer's
+        tok._eod_id = eot
     return tok

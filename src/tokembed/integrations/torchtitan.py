@@ -30,14 +30,14 @@ from tokembed.data.loader import create_dataloader
 try:  # the real base class when torchtitan is installed: isinstance checks and config.build() work
     from torchtitan.components.dataloader import BaseDataLoader as _Base
 except ImportError:  # pragma: no cover - exercised where torchtitan is absent
-    from torch.distributed.checkpoint.stateful import Stateful as _Base  # type: ignore[assignment]
+    from torch.distributed.checkpoint.stateful import Stateful as _Base
 
 __all__ = ["TitanDataLoader"]
 
 _BaseConfig: Any = getattr(_Base, "Config", object)
 
 
-class TitanDataLoader(_Base):  # type: ignore[misc, valid-type]
+class TitanDataLoader(_Base):
     """torchtitan's ``BaseDataLoader`` over a tokembed shard folder (see the module's notes).
 
     Build it as torchtitan does, ``TitanDataLoader.Config(dataset_path="shards/").build(dp_world_size=,
@@ -49,7 +49,7 @@ class TitanDataLoader(_Base):  # type: ignore[misc, valid-type]
     """
 
     @dataclass(kw_only=True, slots=True)
-    class Config(_BaseConfig):  # type: ignore[misc, valid-type]
+    class Config(_BaseConfig):
         dataset: str = "tokembed"
         dataset_path: str | None = None
         seed: int = 0

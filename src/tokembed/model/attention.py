@@ -127,7 +127,7 @@ class CausalSelfAttention(nn.Module):
             y = documents.attend(q, k, v, bias)  # FlexAttention: only the blocks a document sees
             return self.resid_dropout(self.proj(y.transpose(1, 2).reshape(B, T, D)))
         visible = None if documents is None else documents.dense  # (B,1,T,T) bool; None: the plain causal mask
-        if needs_weights:
+        if pos is not None and needs_weights:
             scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)  # (B,H,T,Tk)
             if bias is not None:
                 scores = scores + bias

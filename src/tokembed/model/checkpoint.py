@@ -188,7 +188,18 @@ def save_checkpoint(
     return path
 
 
-def _write_contents(tmp: Path, model: GPT, *, train, step, tokens_seen, optimizer, state, log, tokenizer) -> None:
+def _write_contents(
+    tmp: Path,
+    model: GPT,
+    *,
+    train: dict | None,
+    step: int,
+    tokens_seen: int,
+    optimizer: torch.optim.Optimizer | None,
+    state: dict | None,
+    log: dict | None,
+    tokenizer: dict | None,
+) -> None:
     config = {
         "format": CHECKPOINT_FORMAT,
         "version": CHECKPOINT_VERSION,

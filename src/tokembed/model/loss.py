@@ -42,9 +42,9 @@ class _LinearCrossEntropy(torch.autograd.Function):
             probs = logp.exp_()  # softmax, in place
             probs[torch.arange(len(tc), device=h.device), tc] -= 1.0  # d(loss_i)/d(logits_i) = softmax - onehot
             with torch.autocast(h.device.type, enabled=False):  # under bf16 autocast: float32 gradients
-                if need_h:
+                if grad_h is not None:  # need_h
                     torch.mm(probs, weight, out=grad_h[s : s + chunk])  # (c,V) @ (V,D) -> (c,D)
-                if need_w:
+                if grad_w is not None:  # need_w
                     grad_w.addmm_(probs.T, hc.to(grad_w.dtype))  # (V,c) @ (c,D) -> (V,D)
         ctx.save_for_backward(*(g for g in (grad_h, grad_w) if g is not None))
         ctx.n, ctx.need_h, ctx.need_w = n, need_h, need_w

@@ -15,9 +15,10 @@ import time
 from typing import Any
 
 from tokembed.shards.config import PrepareConfig
+from tokembed.shards.ray_start import RAY_START_SECONDS, RayStart, check_loopback
 from tokembed.shards.units import tokenize_unit
 
-__all__ = ["ENGINES", "make_engine"]
+__all__ = ["ENGINES", "RAY_START_SECONDS", "make_engine"]
 
 ENGINES = ("local", "ray")
 SHUTDOWN_SECONDS = 30.0  # an interrupted run waits at most this long for the parts its workers hold
@@ -140,23 +141,29 @@ class _Done:
 
 
 class _RayEngine:
-    def __init__(self, workers: int, address: str | None, config: PrepareConfig):
+    def __init__(self, workers: int, address: str | None, config: PrepareConfig, start_timeout: float):
         try:
             import ray
         except ImportError:
             raise ImportError("--engine ray needs Ray: pip install 'tokembed[ray]'") from None
         self.ray = ray
-        self.started = not ray.is_initialized()
-        if self.started:
+        self.start: RayStart | None = None
+        if not ray.is_initialized():  # else a Ray session the caller started: theirs to end
             kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
             if address:
                 kwargs["address"] = address
             elif workers > 0:
                 kwargs["num_cpus"] = workers
-            ray.init(**kwargs)
-        self.task = ray.remote(num_cpus=1)(_ray_tokenize_unit)
-        self.registration = _registration(config)
-        self.workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
+            if not (address or "").startswith("ray://"):  # a Ray Client driver needs no Ray of its own here
+                check_loopback()  # else Ray would retry for many minutes
+            self.start = RayStart(ray, kwargs, start_timeout, address)  # at most start_timeout seconds
+        try:
+            self.task = ray.remote(num_cpus=1)(_ray_tokenize_unit)
+            self.registration = _registration(config)
+            self.workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
+        except BaseException:
+            self.close(cancel=True)
+            raise
 
     @property
     def capacity(self) -> int:
@@ -171,8 +178,9 @@ class _RayEngine:
         return next(p for p in pending if p[0].ref == ready[0])
 
     def close(self, cancel: bool = False):
-        if self.started:  # a Ray session we started ends with us; one the caller started is theirs
+        if self.start is not None:  # a Ray session we started ends with us; one the caller started is theirs
             self.ray.shutdown()
+            self.start.release()
 
 
 class _RayFuture:
@@ -188,8 +196,20 @@ class _RayFuture:
             raise
 
 
-def make_engine(engine: str, *, workers: int, config: PrepareConfig, ray_address: str | None = None):
-    """The engine called ``engine`` (one of `ENGINES`) with ``workers`` processes (or Ray CPUs)."""
+def make_engine(
+    engine: str,
+    *,
+    workers: int,
+    config: PrepareConfig,
+    ray_address: str | None = None,
+    ray_start_timeout: float = RAY_START_SECONDS,
+):
+    """The engine called ``engine`` (one of `ENGINES`) with ``workers`` processes (or Ray CPUs).
+
+    For ``"ray"``: a new Ray session (local, or joining the cluster at ``ray_address``) must start within
+    ``ray_start_timeout`` seconds, else `TimeoutError`; `ConnectionError` at once where Ray cannot run at all (no
+    loopback interface). See `tokembed.shards.ray_start`.
+    """
     if engine == "ray":
-        return _RayEngine(workers, ray_address, config)
+        return _RayEngine(workers, ray_address, config, ray_start_timeout)
     return _LocalEngine(workers, config)

@@ -40,13 +40,13 @@ from typing import Any
 import numpy as np
 
 from tokembed._atomic import atomic_write_json
-from tokembed._checks import check_int
+from tokembed._checks import check_int, check_number
 from tokembed._cpus import available_cpus, check_workers
 from tokembed._lock import folder_lock
 from tokembed._paths import local_path, refuse_inside_checkpoint
 from tokembed.shards.config import PrepareConfig
 from tokembed.shards.counts import split_token_counts
-from tokembed.shards.engines import ENGINES, make_engine
+from tokembed.shards.engines import ENGINES, RAY_START_SECONDS, make_engine
 from tokembed.shards.folder import (
     PARTS,
     assemble_manifest,
@@ -171,6 +171,7 @@ def prepare_corpus(
     workers: int = 0,
     engine: str = "local",
     ray_address: str | None = None,
+    ray_start_timeout: float = RAY_START_SECONDS,
     rank: int = 0,
     world_size: int = 1,
     overwrite: bool = False,
@@ -189,6 +190,8 @@ def prepare_corpus(
             quota: `tokembed._cpus.available_cpus`); 1 = in this process; at most 4 per available CPU.
         engine: ``"local"`` (a process pool) or ``"ray"`` (Ray tasks; same bytes).
         ray_address: Ray cluster address for ``engine="ray"`` (default: the running or a new local Ray).
+        ray_start_timeout: seconds ``engine="ray"`` waits for a new Ray session to start (or to join
+            ``ray_address``) before it gives up with `TimeoutError`, the folder unlocked and Ray's processes stopped.
         rank: this machine's rank in ``[0, world_size)``.
         world_size: number of machines sharing the units; with more than one, each writes
             ``manifest.rank-R-of-N.json`` and `merge_manifests` finishes the folder.
@@ -209,6 +212,7 @@ def prepare_corpus(
     t0 = time.perf_counter()
     config = _resolve_config(config, options)
     _check_run_options(engine=engine, workers=workers, rank=rank, world_size=world_size)
+    check_number("ray_start_timeout", ray_start_timeout, min=0, min_open=True, noun="a number of seconds")
     out = local_path(out, what="--out")
     refuse_inside_checkpoint(out)
     files, skipped = find_inputs(inputs, format=config.format)
@@ -227,7 +231,7 @@ def prepare_corpus(
         raise FileExistsError(f"output {out} is a file; give a folder path for the shards")
     out.mkdir(parents=True, exist_ok=True)
     run_options: dict[str, Any] = {"overwrite": overwrite, "rank": rank, "world_size": world_size, "workers": workers}
-    run_options |= {"repair": repair, "ray_address": ray_address}
+    run_options |= {"repair": repair, "ray_address": ray_address, "ray_start_timeout": ray_start_timeout}
     with folder_lock(out, what="tokembed prepare", shared=world_size > 1):  # the ranks of a run share a folder
         result = _prepare_locked(out, files, identity, config, dtype, engine, progress, **run_options)
     result.skipped_inputs = skipped
@@ -266,7 +270,8 @@ def _prepare_locked(out, files, identity, config, dtype, engine, progress, **opt
 
 
 def _engine_options(config: PrepareConfig, opts: dict[str, Any]) -> dict[str, Any]:
-    return {"workers": opts["workers"] or available_cpus(), "config": config, "ray_address": opts["ray_address"]}
+    ray = {"ray_address": opts["ray_address"], "ray_start_timeout": opts["ray_start_timeout"]}
+    return {"workers": opts["workers"] or available_cpus(), "config": config, **ray}
 
 
 def _repair(out, files, manifest, config, dtype, engine, damaged: dict[int, str]) -> PrepareResult:

@@ -34,7 +34,8 @@ class Progress:
             return cls()
         from tqdm import tqdm
 
-        total = None if any(f.size is None for f in files) else sum(f.size for f in files)
+        sizes = [f.size for f in files if f.size is not None]
+        total = sum(sizes) if len(sizes) == len(files) else None
         old, tqdm.monitor_interval = tqdm.monitor_interval, 0  # no monitor thread: workers may be forked later
         try:
             bar = tqdm(

@@ -127,7 +127,8 @@ class ShardSet:
         return identity_from_manifest(self.manifest.get("tokenizer"))
 
     @property
-    def eot_token(self) -> int:
+    def eot_token(self) -> int | None:
+        """The end-of-text id between documents (None: a Megatron prefix without tokembed's record)."""
         return self.tokenizer.eot_token
 
     @property
@@ -240,10 +241,10 @@ def open_shards(
         problems = megatron.check_megatron(root) if verify else []
         if problems:
             raise ValueError(f"Megatron dataset {root} is damaged: {problems[0]}")
-        ss = open_megatron(root, split=split)
-        if tokenizer is not None and ss.manifest["tokenizer"]:  # a tokembed export records its tokenizer
-            expect_tokenizer(Path(root), ss.tokenizer, tokenizer)
-        return ss
+        mega = open_megatron(root, split=split)
+        if tokenizer is not None and mega.manifest["tokenizer"]:  # a tokembed export records its tokenizer
+            expect_tokenizer(Path(root), mega.tokenizer, tokenizer)
+        return mega
     stage = interrupted_commit(root.parent, root.name)
     if stage is not None and not root.is_dir():
         raise FileNotFoundError(

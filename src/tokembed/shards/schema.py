@@ -17,7 +17,7 @@ import hashlib
 import json
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeGuard
 
 __all__ = ["MANIFEST_HASH", "TOKENIZER_FIELDS", "manifest_digest", "manifest_problems", "seal"]
 
@@ -27,7 +27,7 @@ _SHA256 = re.compile(r"[0-9a-f]{64}")
 _SHARD = re.compile(r"(?P<split>[^/]+)/(?P<n>\d{5})\.(?P<ext>bin|idx)")
 
 
-def _is_int(v: Any, lo: int = 0) -> bool:
+def _is_int(v: Any, lo: int = 0) -> TypeGuard[int]:
     return isinstance(v, int) and not isinstance(v, bool) and v >= lo
 
 

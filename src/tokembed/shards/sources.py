@@ -74,7 +74,9 @@ def resolve_inputs(inputs: Sequence[str | os.PathLike], *, format: str = "auto")
     return find_inputs(inputs, format=format)[0]
 
 
-def find_inputs(inputs: Sequence[str | os.PathLike], *, format: str = "auto") -> tuple[list[InputFile], list[str]]:
+def find_inputs(
+    inputs: Sequence[str | os.PathLike] | str | os.PathLike, *, format: str = "auto"
+) -> tuple[list[InputFile], list[str]]:
     """Expand files, folders and globs into a sorted list of `InputFile`, each real file at most once.
 
     Folders are searched recursively for the known suffixes (hidden files and folders are skipped);
@@ -95,7 +97,7 @@ def find_inputs(inputs: Sequence[str | os.PathLike], *, format: str = "auto") ->
     check_format_name(format)
     if isinstance(inputs, (str, os.PathLike)):
         inputs = [inputs]
-    items: list[str] = [os.fspath(p) for p in inputs]  # type: ignore[misc]  # (str paths: bytes paths are refused)
+    items: list[str] = [os.fspath(p) for p in inputs]  # (str paths: bytes paths are refused)
     if not items:
         raise ValueError("no inputs: give files, folders, glob patterns, or - for standard input")
     if STDIN in items:

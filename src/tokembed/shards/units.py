@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -206,7 +206,7 @@ _malloc_trim: Any = None
 
 def tokenize_unit(unit: Unit, config: PrepareConfig, names: Sequence[str] | dict[int, str]) -> dict[str, Any]:
     """Tokenize one unit (runs in a worker): read its spans, hash them, have their formats turn them into texts,
-    tokenize.
+    tokenize them a batch at a time.
 
     Returns per-split token and index arrays with their sha256, the unit's input hash, and per-input-file
     counts. Raises ValueError naming the file and line, row or byte offset for bad input.
@@ -218,66 +218,121 @@ def tokenize_unit(unit: Unit, config: PrepareConfig, names: Sequence[str] | dict
     encoder = token_encoder(enc, config.backend)  # tiktoken's ids, from gigatoken when installed (tested)
     datas = [_read(sp, names[sp.file]) for sp in unit.spans]
     input_hash = _input_hash(unit.spans, datas)
-    acc = _UnitTokens(enc.eot_token, dtype_for_vocab(enc.n_vocab))
+    dtype = dtype_for_vocab(enc.n_vocab)
+    splits = {s: _SplitTokens(encoder, enc.eot_token, dtype) for s in SPLITS}
+    stats: dict[int, dict[str, int]] = {}
     for sp, data in zip(unit.spans, datas):
-        st = acc.stats.setdefault(sp.file, dict.fromkeys(FILE_STATS, 0))
+        st = stats.setdefault(sp.file, dict.fromkeys(FILE_STATS, 0))
         fmt = get_format(sp.format)
-        piece = sp.flags & (CONT | MORE)  # a piece of a cut document: never blank, its split decided by the planner
         records = RecordContext(fmt, names[sp.file], sp, config, st, compressed=codec_for(names[sp.file]) is not None)
-        for text in fmt.texts(sp, data, records):
-            if piece:
-                split = "val" if sp.flags & VAL else "train"
-            elif not text.strip():
-                st["empty"] += 1
-                continue
-            else:
-                split = "val" if _in_val(text, config.val_fraction) else "train"
-            acc.add(split, encoder.encode_ordinary(text), text, sp, st)
+        _gather(sp, fmt.texts(sp, data, records), config.val_fraction, splits, st)
     del datas
-    return acc.result(unit, input_hash)
+    out: dict[str, Any] = {"unit": unit.id, "part": unit.part, "input_hash": input_hash, "stats": stats, "splits": {}}
+    for s, tokens in splits.items():
+        made = tokens.result()
+        if made is not None:  # the split got a document (or a piece) from this part
+            out["splits"][s] = made
+    return out
 
 
-class _UnitTokens:
-    """A unit's (or part's) tokens as they are made: per split the arrays, where documents start, counts."""
+def _gather(sp: Span, texts: Iterable[str], val_fraction: float, splits: dict[str, _SplitTokens], st: dict) -> None:
+    """Hand a span's texts to their splits, about `BATCH_CHARS` at a time (a row group of a few MB is never held
+    as texts whole)."""
+    batch: list[str] = []
+    size = 0
+    for text in texts:
+        batch.append(text)
+        size += len(text)
+        if size >= BATCH_CHARS:
+            _route(sp, batch, val_fraction, splits, st)
+            batch, size = [], 0
+    _route(sp, batch, val_fraction, splits, st)
 
-    def __init__(self, eot: int, dtype: np.dtype) -> None:
-        self.eot, self.dtype = eot, dtype
-        self.pieces: dict[str, list[np.ndarray]] = {s: [] for s in SPLITS}
-        self.starts: dict[str, list[int]] = {s: [] for s in SPLITS}  # document starts within the split's shard
-        self.filled = dict.fromkeys(SPLITS, 0)
-        self.stats: dict[int, dict[str, int]] = {}
 
-    def add(self, split: str, ids: np.ndarray, text: str, sp: Span, st: dict[str, int]) -> None:
-        """Append a document's (or piece's) ids, and its ``<|endoftext|>`` when the document ends here."""
-        end = not sp.flags & MORE
-        arr = np.empty(len(ids) + end, dtype=self.dtype)
-        arr[: len(ids)] = ids
-        if end:
-            arr[-1] = self.eot
-        if not sp.flags & CONT:
-            self.starts[split].append(self.filled[split])
-            st["documents"] += 1
-        self.pieces[split].append(arr)
-        self.filled[split] += len(arr)
-        st["tokens"] += len(ids)
-        st["chars"] += len(text)
-        st["text_bytes"] += len(text.encode("utf-8", "surrogatepass"))
+def _route(sp: Span, texts: list[str], val_fraction: float, splits: dict[str, _SplitTokens], st: dict) -> None:
+    """A piece of a cut document goes where the planner decided (never blank); a whole document is skipped when
+    blank (counted) and goes to the split its text hashes to."""
+    if sp.flags & (CONT | MORE):
+        splits["val" if sp.flags & VAL else "train"].add(sp, texts, st)
+        return
+    kept = [t for t in texts if t and not t.isspace()]  # = t.strip() (the same whitespace), without a copy
+    st["empty"] += len(texts) - len(kept)
+    if val_fraction <= 0.0:
+        splits["train"].add(sp, kept, st)
+        return
+    in_val = [_in_val(t, val_fraction) for t in kept]
+    splits["train"].add(sp, [t for t, v in zip(kept, in_val) if not v], st)
+    splits["val"].add(sp, [t for t, v in zip(kept, in_val) if v], st)
 
-    def result(self, unit: Unit, input_hash: str) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "unit": unit.id,
-            "part": unit.part,
-            "input_hash": input_hash,
-            "stats": self.stats,
-            "splits": {},
+
+BATCH_CHARS = 1 << 20  # characters of text tokenized in one call (bounds the texts held at once)
+
+
+class _SplitTokens:
+    """One split's tokens of a part as they are made: texts are tokenized a batch at a time (one tokenizer call
+    for many documents), each batch becoming one array with the ``<|endoftext|>`` of every document that ends
+    in it, plus where its documents start."""
+
+    def __init__(self, encoder: Any, eot: int, dtype: np.dtype) -> None:
+        self.encoder, self.eot, self.dtype = encoder, eot, dtype
+        self.texts: list[str] = []
+        self.groups: list[tuple[Span, int, dict[str, int]]] = []  # (span, documents, its file's stats) per span
+        self.chars = 0
+        self.filled = 0  # tokens of this split made so far
+        self.chunks: list[np.ndarray] = []
+        self.starts: list[np.ndarray] = []
+
+    def add(self, sp: Span, texts: list[str], st: dict[str, int]) -> None:
+        """Texts of one span, in order (all ending where the span says: `MORE` = the document goes on)."""
+        if not texts:
+            return
+        self.texts += texts
+        self.groups.append((sp, len(texts), st))
+        self.chars += sum(map(len, texts))
+        if self.chars >= BATCH_CHARS:  # (a batch ends at a span's end: documents are never split across calls)
+            self.flush()
+
+    def flush(self) -> None:
+        """Tokenize the texts gathered so far with one call; count them into their files' stats."""
+        if not self.texts:
+            return
+        flat, offsets = self.encoder.encode_batch(self.texts)  # (n,) uint32, (documents + 1,) int64
+        counts = [n for _, n, _ in self.groups]
+        ends = np.repeat([not sp.flags & MORE for sp, _, _ in self.groups], counts)  # (documents,) bool
+        firsts = np.repeat([not sp.flags & CONT for sp, _, _ in self.groups], counts)  # (documents,) bool
+        eots_before = np.zeros(len(ends) + 1, dtype=np.int64)  # (documents + 1,)
+        np.cumsum(ends, out=eots_before[1:])
+        starts = offsets + eots_before  # (documents + 1,) where each document starts in the chunk; then its end
+        chunk = np.empty(int(starts[-1]), dtype=self.dtype)
+        eot_at = (offsets[1:] + eots_before[:-1])[ends]  # just after each document that ends here
+        keep = np.ones(len(chunk), dtype=bool)
+        keep[eot_at] = False
+        chunk[keep] = flat
+        chunk[eot_at] = self.eot
+        self.chunks.append(chunk)
+        self.starts.append(starts[:-1][firsts] + self.filled)
+        self.filled += len(chunk)
+        self._count(offsets)
+        self.texts, self.groups, self.chars = [], [], 0
+
+    def _count(self, offsets: np.ndarray) -> None:
+        i = 0
+        for sp, n, st in self.groups:
+            texts = "".join(self.texts[i : i + n])  # one copy: counting bytes per document costs an encode each
+            st["documents"] += 0 if sp.flags & CONT else n
+            st["tokens"] += int(offsets[i + n] - offsets[i])
+            st["chars"] += len(texts)
+            st["text_bytes"] += len(texts) if texts.isascii() else len(texts.encode("utf-8", "surrogatepass"))
+            i += n
+
+    def result(self) -> dict[str, np.ndarray] | None:
+        self.flush()
+        if not self.chunks:
+            return None
+        return {
+            "tokens": np.concatenate(self.chunks) if len(self.chunks) > 1 else self.chunks[0],  # (n_tokens,)
+            "index": np.concatenate(self.starts).astype(INDEX_DTYPE),  # (n_documents,); none for a middle piece
         }
-        for s in SPLITS:
-            if self.pieces[s]:
-                out["splits"][s] = {
-                    "tokens": np.concatenate(self.pieces[s]),  # (n_tokens,)
-                    "index": np.asarray(self.starts[s], dtype=INDEX_DTYPE),  # (n_documents,); none for a middle piece
-                }
-        return out
 
 
 def join_parts(results: list[dict[str, Any]]) -> dict[str, Any]:
@@ -306,7 +361,7 @@ def join_parts(results: list[dict[str, Any]]) -> dict[str, Any]:
         out["splits"][s] = {
             "tokens": tokens,
             "index": index,
-            "sha256": hashlib.sha256(memoryview(tokens).cast("B")).hexdigest(),
-            "index_sha256": hashlib.sha256(memoryview(index).cast("B")).hexdigest(),
+            "sha256": hashlib.sha256(tokens.data.cast("B")).hexdigest(),
+            "index_sha256": hashlib.sha256(index.data.cast("B")).hexdigest(),
         }
     return out

@@ -14,6 +14,7 @@ import hashlib
 import importlib.util
 import os
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 from tiktoken.load import data_gym_to_mergeable_bpe_ranks
@@ -64,7 +65,7 @@ def _check_sha256(path: Path, expected: str) -> None:
 
 
 @contextlib.contextmanager
-def tiktoken_cache_disabled():
+def tiktoken_cache_disabled() -> Iterator[None]:
     """tiktoken copies every file it reads into a cache folder unless TIKTOKEN_CACHE_DIR is ""."""
     with _env_lock:
         old = os.environ.get("TIKTOKEN_CACHE_DIR")

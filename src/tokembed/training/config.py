@@ -33,8 +33,9 @@ class TrainConfig:
     """How to train.
 
     Attributes:
-        data: a shard folder (``tokembed prepare`` output) or a UTF-8 text file (stored as an absolute path),
-            or a `tokembed.Mixture` of shard folders (stored as its `Mixture.spec`, a dict).
+        data: a shard folder (``tokembed prepare`` output), a Megatron prefix or a UTF-8 text file (stored as an
+            absolute path),
+            or a `tokembed.Mixture` or `tokembed.PhasedMixture` of shard folders (stored as its ``spec()``, a dict).
         out: the checkpoint directory to write (and resume from).
         max_length: tokens per training window (must not exceed the model's context_length).
         stride: step between window starts (default: max_length, no overlap).
@@ -180,11 +181,12 @@ class TrainConfig:
 def _data_entry(data: Any) -> str | dict:
     """An absolute path, or a mixture's spec (checked: its sources exist and share a tokenizer)."""
     from tokembed.data.mixture import Mixture
+    from tokembed.data.phases import PhasedMixture, mixture_from_spec
 
-    if isinstance(data, Mixture):
+    if isinstance(data, (Mixture, PhasedMixture)):
         return data.spec()
     if isinstance(data, dict):
-        return Mixture.from_spec(data).spec()
+        return mixture_from_spec(data).spec()
     return str(local_path(data, what="the training data").resolve())
 
 

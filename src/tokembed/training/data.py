@@ -4,16 +4,20 @@ the identity of the data itself (`data_identity`: by content, so a moved copy is
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tokembed._paths import local_path
 from tokembed.tokenizer.base import TokenizerIdentity, TokenizerLike
+
+if TYPE_CHECKING:
+    from tokembed.data.windows import WindowSource
 
 
 @dataclass(frozen=True)
@@ -45,7 +49,7 @@ class TrainingData:
         tokenizer: the tokenizer that made the ids (vocabulary size, end-of-text id).
     """
 
-    train: object
+    train: WindowSource
     validation: list[ValidationSource]
     description: str
     n_train_tokens: int
@@ -63,6 +67,12 @@ def _is_shard_folder(path: Path) -> bool:
     return path.is_dir() and (path / "manifest.json").exists()
 
 
+def _is_megatron(path: Path) -> bool:
+    from tokembed.shards import megatron
+
+    return megatron.is_megatron_prefix(path)
+
+
 def data_tokenizer(data: str | Path | dict, *, tokenizer: TokenizerLike | None = None) -> TokenizerIdentity:
     """The tokenizer of ``data``: a shard folder's manifest (another ``tokenizer`` is an error naming
     both), a mixture's (its sources share one), or ``tokenizer`` (default gpt2) for a text file. Cheap:
@@ -72,17 +82,20 @@ def data_tokenizer(data: str | Path | dict, *, tokenizer: TokenizerLike | None =
     if isinstance(data, dict):
         from tokembed.shards.reader import expect_tokenizer
 
-        recorded = _mixture(data).tokenizer or identity_from_manifest(None)  # none recorded: GPT-2's ids
+        mixture = _mixture(data)
+        recorded = mixture.tokenizer or identity_from_manifest(None)  # none recorded: GPT-2's ids
         if tokenizer is not None:
-            expect_tokenizer(Path(data["sources"][0][0]), recorded, tokenizer)
+            expect_tokenizer(Path(mixture.paths[0]), recorded, tokenizer)
         return recorded
 
     path = Path(data)
-    if _is_shard_folder(path):
+    if _is_shard_folder(path) or _is_megatron(path):
+        from tokembed.shards import megatron
         from tokembed.shards.format import read_manifest
         from tokembed.shards.reader import expect_tokenizer
 
-        recorded = identity_from_manifest(read_manifest(path).get("tokenizer"))
+        entry = megatron.recorded_tokenizer(path) if _is_megatron(path) else read_manifest(path).get("tokenizer")
+        recorded = identity_from_manifest(entry)  # none recorded (a dataset made elsewhere): GPT-2's ids
         if tokenizer is not None:
             expect_tokenizer(path, recorded, tokenizer)
         return recorded
@@ -90,9 +103,27 @@ def data_tokenizer(data: str | Path | dict, *, tokenizer: TokenizerLike | None =
 
 
 def _mixture(spec: dict):
-    from tokembed.data.mixture import Mixture
+    from tokembed.data.phases import mixture_from_spec
 
-    return Mixture.from_spec(spec)
+    return mixture_from_spec(spec)
+
+
+def _validation_weights(mixture) -> list[float]:
+    """Each source's share of the validation tokens: its weight; over phases, its largest weight in any phase
+    (normalised), so that every source the run reads is validated."""
+    peak = [max(float(ph.weights[i]) for ph in mixture.phases) for i in range(len(mixture.paths))]
+    return [w / sum(peak) for w in peak]
+
+
+def phase_weighted(sources: list[ValidationSource], phase: Any, paths: list[str]) -> list[ValidationSource]:
+    """``sources`` weighted as ``phase`` (a `tokembed.PhasedMixture` phase over ``paths``, its sources in source
+    order) weighs them, so that a validation total is the loss of the mixture being trained on then; a source
+    the phase does not read weighs 0 (its own loss is still reported). Unchanged when the phase reads none of
+    them (its sources have no validation split)."""
+    now = {path: float(phase.weights[i]) for i, path in enumerate(paths)}
+    if not any(now.get(s.name) for s in sources):
+        return list(sources)
+    return [dataclasses.replace(s, weight=now.get(s.name, 0.0)) for s in sources]
 
 
 def weighted_share(budget: int, weight: float) -> int:
@@ -111,7 +142,7 @@ def _mixture_data(
 
     mixture, tok = _mixture(spec), data_tokenizer(spec, tokenizer=tokenizer)
     vals, n_train = [], 0
-    for path, weight in zip(mixture.paths, mixture.weights):
+    for path, weight in zip(mixture.paths, _validation_weights(mixture)):
         n_train += open_shards(path, split="train").n_tokens
         try:
             split = open_shards(path, split="val")
@@ -138,10 +169,12 @@ def load_training_data(
 ) -> TrainingData:
     """Resolve ``data`` into training source and validation tokens.
 
-    A shard folder: its ``train`` split (read lazily by the loader) and its ``val`` split.
+    A shard folder: its ``train`` split (read lazily by the loader) and its ``val`` split; a Megatron prefix
+    (``PREFIX.bin`` + ``PREFIX.idx``): its tokens, read as a ``train`` split, and no validation.
     A text file: its tokens, the first ``1 - val_fraction`` for training, the rest for validation.
-    A mixture's spec (`tokembed.Mixture.spec`): the `Mixture` of the sources' train splits; each source's
-    val split, on its own (`TrainingData.validation`).
+    A mixture's spec (`tokembed.Mixture.spec`, `tokembed.PhasedMixture.spec`): the mixture of the sources' train
+    splits; each source's val split, on its own (`TrainingData.validation`), weighted by its weight (over phases:
+    its largest weight in any phase, so that every source the run reads is validated).
 
     Args:
         max_val_windows: read only the validation tokens of this many windows of ``length`` (large
@@ -154,6 +187,8 @@ def load_training_data(
         return _mixture_data(data, max_val_windows, length, tokenizer)
     path = local_path(data, what="the data")
     max_val_tokens = None if max_val_windows is None else max_val_windows * length + 1
+    if _is_megatron(path):
+        return _folder_data(path, max_val_tokens, tokenizer)
     if not path.exists():
         raise FileNotFoundError(
             f"training data {path} does not exist; give a shard folder (tokembed prepare) or a text file"
@@ -178,7 +213,7 @@ def load_training_data(
 
 
 def _folder_data(path: Path, max_val_tokens: int | None, tokenizer: TokenizerLike | None) -> TrainingData:
-    if not _is_shard_folder(path):
+    if not (_is_shard_folder(path) or _is_megatron(path)):
         raise ValueError(
             f"{path} is a directory without manifest.json: give a shard folder written by `tokembed prepare`, or a text file"
         )
@@ -216,10 +251,13 @@ def data_identity(data: str | Path | dict) -> dict[str, Any]:
 
     A shard folder: its manifest's hash (the manifest lists every shard's sha256); a Megatron prefix: the
     sha256 its export recorded for the ``.bin`` (else that of the ``.idx``); a text file: its sha256; a
-    mixture's spec: each source's, in order.
+    mixture's spec: each source's, in order (a phased mixture's: every phase's sources, numbered as it
+    numbers them).
     """
     if isinstance(data, dict):
-        return {"sources": [data_identity(p) for p, _ in _mixture(data).spec()["sources"]]}
+        from tokembed.data.phases import spec_paths
+
+        return {"sources": [data_identity(p) for p in spec_paths(data)]}
     path = Path(data)
     if _is_shard_folder(path):
         from tokembed.shards.format import read_manifest

@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -31,7 +32,7 @@ from tokembed.embeddings.names import positional_scheme
 from tokembed.embeddings.rotary import RotaryEmbedding
 from tokembed.model.gpt import GPT
 from tokembed.model.loss import linear_cross_entropy
-from tokembed.training.data import ValidationSource
+from tokembed.training.data import TrainingData, ValidationSource, phase_weighted
 from tokembed.training.device import resolve_device
 from tokembed.training.progress import Progress
 
@@ -207,6 +208,7 @@ def evaluate(
     stride: int | None = None,
     progress: bool | str | Progress = False,
     device: str | None = None,
+    allow_unverified: bool = False,
 ) -> list[dict]:
     """Validation loss and perplexity of a checkpoint at each length, per source and in all.
 
@@ -226,6 +228,7 @@ def evaluate(
         progress: a bar per length on a terminal, a line per length in a log (`Progress.resolve`).
         device: where to run: ``"auto"`` (CUDA, then MPS, then CPU), ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or
             ``"mps"`` (the model is moved there); None leaves the model where it is (a loaded checkpoint: the CPU).
+        allow_unverified: load a checkpoint directory that has no sha256.json (written before tokembed 0.2).
 
     Returns:
         One dict per length, as `evaluate_sources` gives it (``length``, ``stride``, ``loss``,
@@ -239,7 +242,10 @@ def evaluate(
     for name, value in (("max_windows (--max-windows)", max_windows), ("max_tokens (--max-tokens)", max_tokens)):
         if value is not None:  # 0 scores nothing: the question, not the data, is wrong
             check_positive_int(name, value, hint="leave it out to score every window")
-    model, config = load_checkpoint(checkpoint) if not isinstance(checkpoint, tuple) else checkpoint
+    if isinstance(checkpoint, tuple):
+        model, config = checkpoint
+    else:
+        model, config = load_checkpoint(checkpoint, allow_unverified=allow_unverified)
     train_length = int(config.get("train", {}).get("max_length") or model.config.context_length)
     lengths = [train_length * m for m in (1, 2, 4, 8)] if lengths is None else list(lengths)
     _check_evaluate_args(model, lengths, rope_scaling, evaluation, stride)
@@ -313,7 +319,10 @@ def _check_evaluate_args(model: GPT, lengths, rope_scaling, evaluation: str, str
     if stride is not None:
         check_positive_int("stride", stride)
         if evaluation != "sliding":
-            raise ValueError(f"stride={stride} applies to the sliding evaluation; pass evaluation='sliding' or drop it")
+            raise ValueError(
+                f"stride={stride} (--stride) applies to the sliding evaluation; pass evaluation='sliding' "
+                "(--sliding) or drop it"
+            )
 
 
 def _validation(checkpoint, config: dict, data) -> list[ValidationSource]:
@@ -342,4 +351,22 @@ def _validation(checkpoint, config: dict, data) -> list[ValidationSource]:
         )
     if not split.validation:
         raise ValueError(f"{source} has no validation split to evaluate on; prepare it with one or pass a text file")
+    if data is None and len(getattr(split.train, "phases", ())) > 1 and not isinstance(checkpoint, tuple):
+        return _at_saved_phase(split, Path(checkpoint), train_cfg)
     return split.validation
+
+
+def _at_saved_phase(split: TrainingData, checkpoint: Path, train_cfg: dict) -> list[ValidationSource]:
+    """A phased mixture's validation sources weighted as the phase of the checkpoint's last step weighs them
+    (as training weighed its validation total then)."""
+    import json
+
+    from tokembed.model.checkpoint import read_checkpoint_file
+
+    state = read_checkpoint_file(checkpoint, "state.json", lambda p: json.loads(p.read_text(encoding="utf-8")))
+    g, length, step = train_cfg.get("global_batch_size"), train_cfg.get("max_length"), state.get("step")
+    if not (g and length and step):
+        return split.validation
+    mixture: Any = split.train  # a PhasedMixture
+    phase = mixture.phase_at((int(step) - 1) * int(g) * int(length))  # the phase of the step's first window
+    return phase_weighted(split.validation, phase, [str(p) for p in mixture.paths])

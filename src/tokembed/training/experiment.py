@@ -20,6 +20,7 @@ import json
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from tokembed._atomic import atomic_write
 from tokembed._checks import check_int, check_positive_int
@@ -121,7 +122,7 @@ class PositionsExperiment:
 
 
 # Small enough for tests: one layer, a few steps, lengths 1x and 2x.
-QUICK = dict(
+QUICK: dict[str, Any] = dict(
     train_length=16,
     multiples=(1, 2),
     steps=6,

@@ -25,7 +25,10 @@ from __future__ import annotations
 import signal
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 __all__ = ["STOP_SIGNALS", "DeferredInterrupt", "TrainingInterrupted"]
 
@@ -53,6 +56,10 @@ class TrainingInterrupted(KeyboardInterrupt):
         return str(self.args[0])
 
 
+# What signal.signal returns and takes: a function, SIG_DFL / SIG_IGN (ints), or None (set outside Python).
+_Handler = Callable[[int, FrameType | None], Any] | int | None
+
+
 class DeferredInterrupt:
     """A context manager: SIGINT and SIGTERM set ``signal`` instead of stopping the process.
 
@@ -63,7 +70,7 @@ class DeferredInterrupt:
     def __init__(self) -> None:
         self.signal: int = 0  # the first signal received, 0 while none
         self._at = 0.0  # when it came (time.monotonic)
-        self._previous: dict[int, object] = {}
+        self._previous: dict[int, _Handler] = {}
 
     @property
     def requested(self) -> bool:
@@ -76,15 +83,14 @@ class DeferredInterrupt:
                     self._previous[signum] = signal.signal(signum, self._handle)
         return self
 
-    def _handle(self, signum: int, frame: object) -> None:
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
         now = time.monotonic()
         if not self.signal:
             self.signal, self._at = signum, now
         elif signum == signal.SIGINT and now - self._at >= SAME_REQUEST_S:  # a person asked twice: stop now
             raise KeyboardInterrupt(f"a second {signal.Signals(signum).name}")
 
-    def __exit__(self, *exc: object) -> bool:
+    def __exit__(self, *exc: object) -> None:
         for signum, previous in self._previous.items():
-            signal.signal(signum, previous)  # type: ignore[arg-type]
+            signal.signal(signum, previous)
         self._previous.clear()
-        return False

@@ -46,6 +46,7 @@ from tokembed.training.data import TrainingData, data_identity, load_training_da
 from tokembed.training.device import DeviceConfig, Distributed, autocast, init_distributed, resolve_device, to_device
 from tokembed.training.evaluation import evaluate_sources
 from tokembed.training.interrupt import DeferredInterrupt, TrainingInterrupted
+from tokembed.training.phase_log import PhaseLog
 from tokembed.training.progress import Counter, Every, Progress
 from tokembed.training.setup import Saved, out_of, saved_run, settle_config, settle_model
 from tokembed.training.state import TrainState
@@ -117,8 +118,13 @@ def train(
     dist = init_distributed(device.device)
     try:
         config = settle_config(config, saved, world_size=dist.world_size, model_options=model_config)
+        if stop_at is not None and stop_at > config.max_steps:
+            raise ValueError(
+                f"stop_at (--stop-at) {stop_at} is beyond the run's last step, max_steps (--steps) "
+                f"{config.max_steps}: give a step <= {config.max_steps}, or leave it out to run to the end"
+            )
         run = _start(config, model_config, saved, device=device, dist=dist)
-        end = config.max_steps if stop_at is None else min(stop_at, config.max_steps)
+        end = config.max_steps if stop_at is None else stop_at
         report = Progress.resolve(progress if dist.is_main else False, every=every)
         run.loop(end, progress=report, resumed=saved is not None)
     finally:
@@ -144,6 +150,8 @@ def _start(config: TrainConfig, model_config, saved: Saved | None, *, device: De
         verify_checkpoint(out)  # every file exactly as saved (after the setup checks), or the damaged one named
         run.state.restore(out, run.model, run.optimizer, run.loader)
         run.restore_counts(out)
+        for note in run.loader.resume_notes:  # a phased mixture's schedule changed after the resume point
+            run.state.log.setdefault("schedule", []).append({"step": run.state.step, "change": note})
     return run
 
 
@@ -190,10 +198,14 @@ class _Run:
             raise ValueError(
                 f"{config.data} gives no full batch of {self.batch_size} windows of {config.max_length} tokens; lower batch_size or max_length"
             )
+        self.phase_log = PhaseLog.of(self.loader)  # a phased mixture: which phase each step reads
+        if self.phase_log is not None:
+            self.phase_log.check_end(config.max_steps, config.max_length)
         self.state = TrainState()
         self.counter: TokenCounter | None = TokenCounter(model_config.vocab_size)
         self.batches: Iterator[Any] = iter(())  # (inputs, targets), or DocumentBatch es with packing
         self.rate = [0, 0.0]
+        self.progress = Progress("off")  # the loop's (rank 0 shows it)
         # What the data is, whatever its path (rank 0 writes it with each checkpoint; resume compares it).
         self.identity = data_identity(config.data) if dist.is_main else None
 
@@ -228,10 +240,16 @@ class _Run:
         keeping the last checkpoint.
         """
         c, s = self.config, self.state
+        self.progress = progress
         what = f"resuming {c.out} at step {s.step}" if resumed else f"training into {c.out}"
         progress.line(
             f"{what}: GPT with {self.model.num_parameters():,} parameters ({self.model.config.positional} positions); {self.data.description}; {self._batch_words()}"
         )
+        for change in s.log.get("schedule", []):  # a phased mixture's schedule changed after the resume point
+            if change["step"] == s.step:
+                progress.line(f"data: resuming at step {s.step:,}: {change['change']}")
+        if self.phase_log is not None and s.step < end:
+            progress.line(self.phase_log.at_start(s.step + 1))
         counter = progress.counter(total=c.max_steps, initial=s.step, desc="train", unit="step")
         self.rate = [0, 0.0]  # tokens and seconds since the last line shown
         last_saved = s.step if resumed else -1
@@ -318,6 +336,11 @@ class _Run:
                 "tokens_per_s": tokens / max(seconds, 1e-9),
             }
         )
+        if self.phase_log is not None:  # a phased mixture: the phase of the step, and a line when one starts
+            s.log["train"][-1].update(self.phase_log.entry(s.step))
+            line = self.phase_log.starts_in(s.step)
+            if line:
+                self.progress.line(line)
         return signum
 
     def _share(self, loss: torch.Tensor, signum: int) -> tuple[float, int]:
@@ -350,10 +373,13 @@ class _Run:
             return
         c = self.config
         budget = c.eval_batches * self.global_batch_size  # windows in all, shared by the sources by weight
+        sources = self.data.validation
+        if self.phase_log is not None:  # the same windows each time; the total weighs them as the phase in effect
+            sources = self.phase_log.weigh(sources, self.state.step)
         with autocast(self.device, self.precision):
             row = evaluate_sources(
                 self.model,
-                self.data.validation,
+                sources,
                 length=c.max_length,
                 batch_size=self.batch_size,
                 max_windows=[weighted_share(budget, v.weight) for v in self.data.validation],
@@ -470,9 +496,10 @@ def _init_from_gpt2(model: GPT, path: str) -> None:
         )
     with torch.no_grad():
         model.embed.token.weight.copy_(wte)
-        if positional_scheme(c.positional).bounded:  # a table of positions, like GPT-2's wpe
+        position = model.embed.position  # a bounded scheme's module is a table of positions, like GPT-2's wpe
+        if positional_scheme(c.positional).bounded and position is not None:
             if wpe.shape[1] != c.dim or wpe.shape[0] < c.context_length:
                 raise ValueError(
                     f"GPT-2 position table has shape {tuple(wpe.shape)}, the model needs at least ({c.context_length}, {c.dim})"
                 )
-            model.embed.position.weight.copy_(wpe[: c.context_length])
+            position.weight.copy_(wpe[: c.context_length])

@@ -36,7 +36,8 @@ def plot_positions(
 def _draw_panel(ax, doc: dict, evaluation: str, dashed: Collection[str]) -> None:
     from matplotlib import colormaps  # loaded already: new_figure imported matplotlib
 
-    ax.set_prop_cycle(color=colormaps["tab20"].colors[::2] + colormaps["tab20"].colors[1::2])  # 20 distinct lines
+    tab20 = colormaps["tab20"]
+    ax.set_prop_cycle(color=[tab20(i) for i in (*range(0, 20, 2), *range(1, 20, 2))])  # 20 distinct lines
     for name, by_eval in doc["results"].items():
         rows = by_eval[evaluation]
         pts = [(r["length"], r["perplexity"]) for r in rows if r["loss"] is not None and math.isfinite(r["perplexity"])]

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from tokembed.data.phases import schedule_decides, spec_paths
 from tokembed.model.checkpoint import (
     interrupted_save_hint,
     read_checkpoint_config,
@@ -149,7 +150,7 @@ def settle_config(
 
 def _new_config(options: dict[str, Any], model_options: GPTConfig | Mapping[str, Any] | None) -> TrainConfig:
     if not options.get("data"):
-        raise ValueError("no training data: give data (DATA or --source) to start a run")
+        raise ValueError("no training data: give data (DATA, --source or --mixture) to start a run")
     context = (
         model_options.context_length
         if isinstance(model_options, GPTConfig)
@@ -185,7 +186,8 @@ def _other_global_batch(want: int, per_rank: int | None, settled: TrainConfig, w
 def _check_resumable(saved: dict, given: TrainConfig) -> None:
     """Refuse a resumed setup that differs in what has been computed so far (the data and batch are checked
     by `resumed_data` and the global batch)."""
-    old, new = TrainConfig.from_dict(saved).to_dict(), given.to_dict()
+    # The data was compared by `resumed_data` (the saved one may have moved: it is not read again here).
+    old, new = TrainConfig.from_dict({**saved, "data": given.data}).to_dict(), given.to_dict()
     skip = (*RESUMABLE_CHANGES, "data", *BATCH_FIELDS)
     diff = [f"{k}: {old[k]!r} -> {new[k]!r}" for k in old if k not in skip and old[k] != new[k]]
     if diff:
@@ -200,6 +202,11 @@ def _check_resumable(saved: dict, given: TrainConfig) -> None:
 def resumed_data(saved: Saved, given: Any, out: Path, *, tokenizer: Any = None) -> str | dict:
     """The data a resumed run reads: ``given`` (or the checkpoint's own when None) when it is the same data.
 
+    A phased mixture (`tokembed.PhasedMixture`) given anew may change the phases that had not started at the
+    saved step: whether it does is decided where the step is known, when the loader loads its state
+    (`tokembed.data.schedule.check_resume`: started phases unchanged, the sources they read the same data by
+    content, wherever they lie now). Here: the same seed, and the tokenizer.
+
     Raises:
         FileNotFoundError: the checkpoint's data is gone and no other location was given.
         ValueError: ``given`` (or what now lies at the checkpoint's path) is other data; names both.
@@ -210,10 +217,12 @@ def resumed_data(saved: Saved, given: Any, out: Path, *, tokenizer: Any = None) 
     data = TrainConfig(data=recorded if given is None else given, out=str(out)).data  # absolute paths, or a spec
     check_same_tokenizer(saved.config, data_tokenizer(data, tokenizer=tokenizer), out)
     if saved.identity is None:  # a checkpoint from before identities: the path is all there is
-        if data != TrainConfig(data=recorded, out="").data:
+        if data != TrainConfig(data=recorded, out="").data and not schedule_decides(recorded, data):
             raise ValueError(f"--resume: the checkpoint was trained on {recorded}, not {data}")
         return data
     _check_same_mixing(recorded, data)
+    if given is not None and schedule_decides(recorded, data):
+        return data  # the loader compares the phases and sources read so far, at the saved step
     identity = data_identity(data)
     if identity != saved.identity:
         verify_checkpoint(out)  # a damaged state.json is the better explanation
@@ -231,12 +240,17 @@ def resumed_data(saved: Saved, given: Any, out: Path, *, tokenizer: Any = None) 
 
 
 def _require_present(recorded: str | dict, out: Path) -> None:
-    paths = [p for p, _ in recorded["sources"]] if isinstance(recorded, dict) else [recorded]
+    paths = spec_paths(recorded) if isinstance(recorded, dict) else [recorded]
     from tokembed.shards import megatron
 
     missing = [p for p in paths if not Path(p).exists() and not megatron.is_megatron_prefix(p)]
     if missing:
-        what = "DATA" if not isinstance(recorded, dict) else "--source PATH:WEIGHT for each source"
+        if not isinstance(recorded, dict):
+            what = "DATA"
+        elif "phases" in recorded:
+            what = "--mixture FILE, a schedule naming each source where it is now"
+        else:
+            what = "--source PATH:WEIGHT for each source"
         raise FileNotFoundError(
             f"the checkpoint's data {', '.join(missing)} does not exist (moved or deleted?); give its new location "
             f"as data ({what}): a copy is recognised by its content, not its path"
@@ -244,10 +258,17 @@ def _require_present(recorded: str | dict, out: Path) -> None:
 
 
 def _check_same_mixing(recorded: str | dict, data: str | dict) -> None:
-    """A mixture resumes with the same weights and seed (its sources may have moved)."""
+    """A mixture resumes with the same weights and seed (its sources may have moved); a phased mixture (or a
+    mixture resumed as the first phase of one) with the same seed: its phases are the loader's to compare."""
+    if schedule_decides(recorded, data):
+        return
 
     def mixing(d: str | dict) -> object:
-        return ([w for _, w in d["sources"]], d["seed"]) if isinstance(d, dict) else None
+        if not isinstance(d, dict):
+            return None
+        if "phases" in d:
+            return [(ph["start"], [w for _, w in ph["sources"]]) for ph in d["phases"]], d["seed"]
+        return [w for _, w in d["sources"]], d["seed"]
 
     if isinstance(recorded, dict) != isinstance(data, dict) or mixing(recorded) != mixing(data):
         raise ValueError(f"--resume: the checkpoint was trained on {_name(recorded)}, not {_name(data)}")
@@ -255,6 +276,8 @@ def _check_same_mixing(recorded: str | dict, data: str | dict) -> None:
 
 def _name(data: str | dict) -> str:
     if isinstance(data, dict):
+        if "phases" in data:  # named without reading its sources (they may be gone)
+            return f"a phased mixture of {len(data['phases'])} phases over {', '.join(spec_paths(data))} (seed {data['seed']})"
         from tokembed.data.mixture import Mixture
 
         return repr(Mixture.from_spec(data))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from tokembed.shards.formats.base import RecordContext
 from tokembed.shards.formats.bytes import LinesFormat
@@ -20,6 +21,23 @@ def _json_problem(e: Exception) -> str:
     return str(e).split(";")[0]  # "Exceeds the limit (4300 digits) for integer string conversion: ..."
 
 
+_SCAN = json.JSONDecoder().scan_once  # type: ignore[attr-defined]  # json.loads' own (C) scanner, set by JSONDecoder.__init__ (typeshed omits it)
+
+
+def _loads(text: str) -> Any:  # -> the JSON value
+    """``json.loads(text)``: an object line with nothing around it goes straight to json's scanner (json.loads
+    would match whitespace at both ends first); anything else, and any error, through json.loads itself."""
+    if text[:1] == "{" and text[-1:] == "}":
+        try:
+            obj, end = _SCAN(text, 0)
+        except (StopIteration, ValueError, RecursionError):
+            pass  # json.loads raises its own error for it below
+        else:
+            if end == len(text):
+                return obj
+    return json.loads(text)
+
+
 class JsonLinesFormat(LinesFormat):
     """One JSON object per line; the document is its string field ``--field``. Blank lines are skipped; a line
     that is not an object with that string field is an error naming the line (``--skip-bad-lines``: counted)."""
@@ -34,7 +52,7 @@ class JsonLinesFormat(LinesFormat):
     def line_text(self, text: str, records: RecordContext, offset: int, k: int) -> str | None:
         field = records.field
         try:
-            obj = json.loads(text)
+            obj = _loads(text)
         except (ValueError, RecursionError) as e:  # JSONDecodeError is a ValueError, as is a 5,000-digit integer
             records.bad(offset, k, f"not valid JSON ({_json_problem(e)}); fix the line or pass --skip-bad-lines")
             return None

@@ -22,9 +22,14 @@ import io
 import os
 import sys
 from collections.abc import Callable
-from typing import BinaryIO, Protocol
+from typing import TYPE_CHECKING, BinaryIO, Protocol, TypeVar
 
 from tokembed._paths import url_scheme
+
+if TYPE_CHECKING:
+    from _typeshed import WriteableBuffer
+
+_C = TypeVar("_C", bound="_Closing")
 
 __all__ = ["LocalInput", "OpenedInput", "RangedFile", "StdinInput", "is_url", "open_input", "register_opener"]
 
@@ -69,7 +74,7 @@ class OpenedInput(Protocol):
 
 
 class _Closing:
-    def __enter__(self):
+    def __enter__(self: _C) -> _C:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -165,9 +170,10 @@ class RangedFile(io.RawIOBase):
         self.pos = base + offset
         return self.pos
 
-    def readinto(self, b) -> int:  # type: ignore[no-untyped-def]  # (a writable buffer)
-        data = self.source.read_at(self.pos, min(len(b), max(0, self.size - self.pos)))
-        b[: len(data)] = data
+    def readinto(self, b: WriteableBuffer) -> int:
+        view = memoryview(b).cast("B")
+        data = self.source.read_at(self.pos, min(len(view), max(0, self.size - self.pos)))
+        view[: len(data)] = data
         self.pos += len(data)
         return len(data)
 

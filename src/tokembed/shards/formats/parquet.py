@@ -20,10 +20,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tokembed.shards.formats.base import InputFile, InputFormat, PlanOptions, RecordContext, Span
 from tokembed.shards.formats.opened import OpenedInput, open_input
+
+if TYPE_CHECKING:  # pyarrow has no type information (Any to mypy); the names say what each value is
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
 __all__ = ["ParquetFormat", "RowSpan", "read_rows", "row_records", "split_rows"]
 
@@ -68,7 +73,7 @@ def _is_text_type(t: Any) -> bool:
     return bool(pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t))
 
 
-def open_parquet(src: OpenedInput):  # -> pyarrow.parquet.ParquetFile
+def open_parquet(src: OpenedInput) -> pq.ParquetFile:
     """A `pyarrow.parquet.ParquetFile` over an opened input, read through a 1 MiB buffer (memory bounded by a
     batch, not a column chunk), verifying the pages' checksums where the writer stored them. Raises ValueError
     naming the file when it is not Parquet or its footer is missing."""
@@ -84,14 +89,14 @@ def open_parquet(src: OpenedInput):  # -> pyarrow.parquet.ParquetFile
         ) from None
 
 
-def _describe_columns(schema) -> str:  # type: ignore[no-untyped-def]  # (a pyarrow.Schema)
+def _describe_columns(schema: pa.Schema) -> str:
     strings = [f.name for f in schema if _is_text_type(f.type)]
     if strings:
         return "its string columns are " + ", ".join(map(repr, strings))
     return "it has no string column (columns: " + ", ".join(f"{f.name} {f.type}" for f in schema) + ")"
 
 
-def text_column(pf, path: str, field: str) -> int:  # type: ignore[no-untyped-def]  # (a ParquetFile)
+def text_column(pf: pq.ParquetFile, path: str, field: str) -> int:
     """Index of the leaf column ``field`` (a top-level string column, or a dictionary of strings). Raises ValueError
     listing the string columns when it is missing, nested, not strings, or named twice."""
     import pyarrow as pa
@@ -121,7 +126,7 @@ def text_column(pf, path: str, field: str) -> int:  # type: ignore[no-untyped-de
     return paths.index(field)
 
 
-def _strings(arr):  # type: ignore[no-untyped-def]  # pyarrow array -> string or large_string array
+def _strings(arr: pa.Array) -> pa.Array:  # -> a string or large_string array
     import pyarrow as pa
 
     if pa.types.is_dictionary(arr.type):
@@ -131,7 +136,7 @@ def _strings(arr):  # type: ignore[no-untyped-def]  # pyarrow array -> string or
     return arr
 
 
-def _offsets(arr):  # type: ignore[no-untyped-def]  # a string array -> its (n + 1,) int64 offsets
+def _offsets(arr: pa.Array) -> np.ndarray:  # a string array -> its (n + 1,) int64 offsets
     import numpy as np
     import pyarrow as pa
 
@@ -139,7 +144,7 @@ def _offsets(arr):  # type: ignore[no-untyped-def]  # a string array -> its (n +
     return np.frombuffer(arr.buffers()[1], dtype=dtype)[arr.offset : arr.offset + len(arr) + 1].astype(np.int64)
 
 
-def _packed(arr) -> bytes:  # type: ignore[no-untyped-def]
+def _packed(arr: pa.Array) -> bytes:
     """An Arrow string array's rows as ``int64 lengths (-1 for null) + values``."""
     import numpy as np
 
@@ -153,7 +158,7 @@ def _packed(arr) -> bytes:  # type: ignore[no-untyped-def]
     return lengths.astype("<i8").tobytes() + bytes(values)
 
 
-def _row_lengths(arr):  # type: ignore[no-untyped-def]  # pyarrow array -> (n,) int64
+def _row_lengths(arr: pa.Array) -> np.ndarray:  # -> (n,) int64
     """Text bytes per row of an Arrow string (or dictionary-of-strings) array, 0 for a null, without decoding it."""
     import numpy as np
     import pyarrow as pa
@@ -168,7 +173,7 @@ def _row_lengths(arr):  # type: ignore[no-untyped-def]  # pyarrow array -> (n,) 
     return rows.astype(np.int64, copy=False)
 
 
-def _row_sizes(data: bytes, n: int):  # type: ignore[no-untyped-def]  # -> (n,) int64
+def _row_sizes(data: bytes, n: int) -> np.ndarray:  # -> (n,) int64
     import numpy as np
 
     return np.maximum(np.frombuffer(data, "<i8", count=n), 0)  # (n,) bytes per row, 0 for null
@@ -239,7 +244,7 @@ def split_rows(span: RowSpan, part_bytes: int) -> list[RowSpan]:
     return out
 
 
-def _cuts(sizes, target: int) -> list[int]:  # type: ignore[no-untyped-def]  # sizes: (rows,) int64
+def _cuts(sizes: np.ndarray, target: int) -> list[int]:  # sizes: (rows,) int64
     """Row counts where spans end: each holds at least ``target`` bytes (the row that fills it ends it), the last
     the rest."""
     import numpy as np
@@ -321,7 +326,7 @@ class ParquetPlan:
         chunk = self.pf.metadata.row_group(g).column(self.col)
         return chunk.has_dictionary_page or not set(chunk.encodings) <= _STORED
 
-    def _batches(self, g: int, size: int):  # type: ignore[no-untyped-def]
+    def _batches(self, g: int, size: int) -> Iterator[pa.RecordBatch]:
         """Batches of row group ``g``'s text column, about `BATCH_BYTES` of stored text each (``size``: the group's
         text bytes). A dictionary-encoded column comes as dictionary arrays: repeated values are not repeated in
         memory, however often they occur."""
@@ -427,12 +432,22 @@ class ParquetFormat(InputFormat):
         return read_rows(_row_span(span), name)
 
     def texts(self, span: Span, data: bytes, records: RecordContext) -> Iterator[str]:
-        for raw, row, k in row_records(_row_span(span), data):
+        rows = _row_span(span)
+        clean = records.control_free(data[8 * (rows.end - rows.start) :])  # the values, after the lengths
+        for raw, row, k in row_records(rows, data):
             if raw is None:  # a null: an empty document
                 records.empty()
-            else:
-                yield records.decode(raw, row, k, bytes_from=0)
+                continue
+            text = _valid_utf8(raw) if clean else None  # no control byte anywhere: valid UTF-8 is all decode checks
+            yield text if text is not None else records.decode(raw, row, k, bytes_from=0)
 
     def where(self, name: str, span: Span, offset: int, k: int) -> str:
         group = span.group if isinstance(span, RowSpan) else 0
         return name if k < 0 else f"{name}, row group {group}, row {offset:,}"
+
+
+def _valid_utf8(raw: bytes) -> str | None:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
