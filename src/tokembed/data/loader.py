@@ -545,6 +545,7 @@ def create_dataloader(
     return_documents: bool = False,
     max_documents: int | None = None,
     packing: str | None = None,
+    materialize: bool = False,
 ) -> WindowLoader:
     """Batches of the chapter's windows from a shard folder, a token array or a text, at memory speed.
 
@@ -572,6 +573,8 @@ def create_dataloader(
         packing: pack whole documents into windows instead of sliding over the stream: ``"best-fit"``
             (best-fit decreasing; ``"first-fit"`` is the baseline). Documents longer than ``max_length`` are cut
             at window boundaries; targets are -100 where nothing is predicted. See `tokembed.data.packing`.
+        materialize: with ``packing`` over a shard folder, write the packed windows once into the cache and read
+            them as rows (the speed of sliding windows; as much disk as the split): see `PackedWindows`.
 
     Returns:
         A `WindowLoader`: iterate for ``(inputs, targets)``, int64 (B, T) each (or what ``output`` asks for);
@@ -607,7 +610,7 @@ def create_dataloader(
     options: dict[str, Any] = dict(
         max_length=max_length, stride=stride, within_documents=within_documents, split=split, verify=verify
     )
-    dataset = _dataset(source, packing=packing, **options)
+    dataset = _dataset(source, packing=packing, materialize=check_bool("materialize", materialize), **options)
     return WindowLoader(dataset, config, rank=rank, world_size=world_size)
 
 
@@ -620,10 +623,16 @@ def _dataset(
     split: str | None,
     verify: bool,
     packing: str | None,
+    materialize: bool,
 ) -> SlidingWindowDataset:
     """The windows `create_dataloader` reads: ``source`` itself when it is a dataset, else built from it."""
     if isinstance(source, SlidingWindowDataset):
-        for name, value in (("max_length", max_length), ("stride", stride), ("packing", packing)):
+        for name, value in (
+            ("max_length", max_length),
+            ("stride", stride),
+            ("packing", packing),
+            ("materialize", materialize or None),
+        ):
             if value is not None and value != getattr(source, name, None):
                 raise ValueError(
                     f"{name}={value!r} differs from the dataset's {name}={getattr(source, name, None)!r}; leave it out or build the dataset with it"
@@ -641,8 +650,16 @@ def _dataset(
         max_length=max_length, stride=stride, within_documents=within_documents, split=split, verify=verify
     )
     if packing is None:
+        if materialize:
+            raise ValueError(
+                "materialize=True applies with packing (it stores packed windows); give packing= or leave it out"
+            )
         return SlidingWindowDataset(source, **options)
     variant = getattr(source, "window_dataset_class", None)
     if variant is not None:  # a Mixture: each source packed (MixtureWindows)
+        if materialize:
+            raise ValueError(
+                "materialize=True is not available for a mixture yet; leave it out (packing works without it)"
+            )
         return variant()(source, packing=packing, **options)
-    return PackedWindows(source, packing=packing, **options)
+    return PackedWindows(source, packing=packing, materialize=materialize, **options)
