@@ -220,6 +220,13 @@ def _add_training_options(t) -> None:
     options.add_windows(t, defaults=False, length_note=", or --context-length when that is smaller")
     options.add_packing(t, "train on whole documents, attention and positions within each (no --stride)")
     t.add_argument(
+        "--materialize-packing",
+        action="store_true",
+        default=None,
+        help="with --packing over a shard folder: write the packed windows once into the cache and read them as "
+        "rows (the same batches, faster; as much disk as the split)",
+    )
+    t.add_argument(
         "--steps", type=int, dest="max_steps", help=f"optimizer steps in all (default {default('max_steps')})"
     )
     t.add_argument("--lr", type=float, help=f"peak learning rate (default {default('lr')})")

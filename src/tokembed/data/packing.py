@@ -249,6 +249,15 @@ def plan_packing(doc_starts, n_tokens: int, *, max_length: int, packer: str = "b
 _ARRAYS = ("piece_start", "piece_len", "piece_last", "window_first")
 
 
+def plan_key(
+    fingerprint: str, n_tokens: int, *, max_length: int, packer: str, cache_dir: str | os.PathLike | None = None
+) -> tuple[str, Path]:
+    """``(key, stem)``: what a cached plan of these options records, and the cache path its files begin with."""
+    key = json.dumps([PLAN_FORMAT, fingerprint, int(n_tokens), int(max_length), packer])
+    name = hashlib.blake2b(key.encode(), digest_size=16).hexdigest()
+    return key, Path(default_cache_dir() if cache_dir is None else cache_dir) / "packing" / name
+
+
 def cached_plan(
     fingerprint: str,
     doc_starts: Callable[[], np.ndarray],
@@ -270,9 +279,8 @@ def cached_plan(
         The `PackingPlan`, equal to ``plan_packing(doc_starts(), n_tokens, ...)``.
     """
     t, packer = check_positive_int("max_length", max_length), check_packer(packer)
-    key = json.dumps([PLAN_FORMAT, fingerprint, int(n_tokens), t, packer])
-    name = hashlib.blake2b(key.encode(), digest_size=16).hexdigest()
-    path = Path(default_cache_dir() if cache_dir is None else cache_dir) / "packing" / f"{name}.npz"
+    key, stem = plan_key(fingerprint, n_tokens, max_length=t, packer=packer, cache_dir=cache_dir)
+    path = stem.with_suffix(".npz")
     plan = _read_plan(path, key)
     if plan is not None:
         return plan

@@ -185,6 +185,7 @@ class _Run:
             max_length=config.max_length,
             stride=config.window_stride,
             packing=config.packing,
+            materialize=config.materialize_packing,
             output="documents" if config.packing else "pairs",  # packing: the model reads the documents' bounds
             shuffle=True,
             seed=config.seed,
