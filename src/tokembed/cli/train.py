@@ -220,6 +220,13 @@ def _add_training_options(t) -> None:
     options.add_windows(t, defaults=False, length_note=", or --context-length when that is smaller")
     options.add_packing(t, "train on whole documents, attention and positions within each (no --stride)")
     t.add_argument(
+        "--materialize-packing",
+        action="store_true",
+        default=None,
+        help="with --packing over a shard folder: write the packed windows once into the cache and read them as "
+        "rows (the same batches, faster; as much disk as the split)",
+    )
+    t.add_argument(
         "--steps", type=int, dest="max_steps", help=f"optimizer steps in all (default {default('max_steps')})"
     )
     t.add_argument("--lr", type=float, help=f"peak learning rate (default {default('lr')})")
@@ -420,7 +427,7 @@ def run_train(args: argparse.Namespace) -> int:
     model = {k: getattr(args, k) for k in MODEL_OPTIONS if getattr(args, k) is not None}
     if args.no_tie:
         model["tie_embeddings"] = False
-    chosen = scheme_options(args, args.positional or "learned")  # only the options given (train() fills the rest)
+    chosen = scheme_options(args, _scheme_of_run(args, resume))  # only the options given (train() fills the rest)
     if chosen:
         model["positional_options"] = chosen
     device = _device_config(args)
@@ -438,6 +445,23 @@ def run_train(args: argparse.Namespace) -> int:
         val = f", validation loss {result.val_loss:.4f}" if result.val_loss is not None else ""
         print(f"step {result.step}: train loss {result.train_loss:.4f}{val}; checkpoint {result.checkpoint}")
     return 0
+
+
+def _scheme_of_run(args: argparse.Namespace, resume: bool | str) -> str:
+    """The positional scheme that scheme options given apply to: --positional; else, resuming, the checkpoint's
+    (the model is the checkpoint's); else GPTConfig's default."""
+    from tokembed.model.config import GPTConfig  # torch-free
+
+    if args.positional:
+        return args.positional
+    if resume and _given_scheme_options(args):
+        from tokembed.model.checkpoint import read_checkpoint_config
+
+        try:
+            return GPTConfig.from_dict(read_checkpoint_config(args.out)["model"]).positional
+        except (OSError, ValueError, KeyError, TypeError):  # none there or damaged: train() says what is wrong
+            pass
+    return options.default_of(GPTConfig, "positional")
 
 
 def _is_main() -> bool:

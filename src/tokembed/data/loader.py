@@ -602,6 +602,7 @@ def create_dataloader(
     return_documents: bool = False,
     max_documents: int | None = None,
     packing: str | None = None,
+    materialize: bool = False,
 ) -> WindowLoader:
     """Batches of the chapter's windows from a shard folder, a token array or a text, at memory speed.
 
@@ -634,6 +635,8 @@ def create_dataloader(
         packing: pack whole documents into windows instead of sliding over the stream: ``"best-fit"``
             (best-fit decreasing; ``"first-fit"`` is the baseline). Documents longer than ``max_length`` are cut
             at window boundaries; targets are -100 where nothing is predicted. See `tokembed.data.packing`.
+        materialize: with ``packing`` over a shard folder, write the packed windows once into the cache and read
+            them as rows (the speed of sliding windows; as much disk as the split): see `PackedWindows`.
 
     Returns:
         A `WindowLoader`: iterate for ``(inputs, targets)``, int64 (B, T) each (or what ``output`` asks for);
@@ -671,7 +674,8 @@ def create_dataloader(
         max_length=max_length, stride=stride, within_documents=within_documents, split=split, verify=verify
     )
     remote = {"storage_options": storage_options, "cache_dir": cache_dir, "cache_bytes": cache_bytes}
-    dataset = _dataset(source, packing=packing, remote=remote, **options)
+    materialize = check_bool("materialize", materialize)
+    dataset = _dataset(source, packing=packing, materialize=materialize, remote=remote, **options)
     return WindowLoader(dataset, config, rank=rank, world_size=world_size)
 
 
@@ -684,12 +688,18 @@ def _dataset(
     split: str | None,
     verify: bool,
     packing: str | None,
+    materialize: bool,
     remote: dict[str, Any],
 ) -> SlidingWindowDataset:
     """The windows `create_dataloader` reads: ``source`` itself when it is a dataset, else built from it (``remote``:
     storage_options, cache_dir, cache_bytes, for a URL)."""
     if isinstance(source, SlidingWindowDataset):
-        for name, value in (("max_length", max_length), ("stride", stride), ("packing", packing)):
+        for name, value in (
+            ("max_length", max_length),
+            ("stride", stride),
+            ("packing", packing),
+            ("materialize", materialize or None),
+        ):
             if value is not None and value != getattr(source, name, None):
                 raise ValueError(
                     f"{name}={value!r} differs from the dataset's {name}={getattr(source, name, None)!r}; leave it out or build the dataset with it"
@@ -709,11 +719,16 @@ def _dataset(
     variant = getattr(source, "window_dataset_class", None)
     if variant is not None:  # a Mixture carries its own remote options
         _refuse_remote_options(remote)
-        return (
-            SlidingWindowDataset(source, **options)
-            if packing is None
-            else variant()(source, packing=packing, **options)
-        )
     if packing is None:
-        return SlidingWindowDataset(source, **options, **remote)
-    return PackedWindows(source, packing=packing, **options, **remote)
+        if materialize:
+            raise ValueError(
+                "materialize=True applies with packing (it stores packed windows); give packing= or leave it out"
+            )
+        return SlidingWindowDataset(source, **options, **({} if variant is not None else remote))
+    if variant is not None:  # a Mixture: each source packed (MixtureWindows)
+        if materialize:
+            raise ValueError(
+                "materialize=True is not available for a mixture yet; leave it out (packing works without it)"
+            )
+        return variant()(source, packing=packing, **options)
+    return PackedWindows(source, packing=packing, materialize=materialize, **options, **remote)

@@ -100,7 +100,7 @@ def _check_out(root: Path | str, paths: Sequence[Path], overwrite: bool) -> None
             raise IsADirectoryError(f"{p} is a directory; give another output name")
         if p.exists() and not overwrite:
             raise FileExistsError(
-                f"{p} already exists; choose another output or pass overwrite=True (--force) to replace it"
+                f"{p} already exists; choose another output or pass overwrite=True (--overwrite) to replace it"
             )
 
 

@@ -319,7 +319,10 @@ def _check_evaluate_args(model: GPT, lengths, rope_scaling, evaluation: str, str
     if stride is not None:
         check_positive_int("stride", stride)
         if evaluation != "sliding":
-            raise ValueError(f"stride={stride} applies to the sliding evaluation; pass evaluation='sliding' or drop it")
+            raise ValueError(
+                f"stride={stride} (--stride) applies to the sliding evaluation; pass evaluation='sliding' "
+                "(--sliding) or drop it"
+            )
 
 
 def _validation(checkpoint, config: dict, data) -> list[ValidationSource]:
