@@ -21,8 +21,8 @@ and one per window (O(documents) memory, never O(tokens)); windows are numbered 
 first token, so an unshuffled epoch reads the corpus roughly front to back.
 
 Plans of shard folders are cached (`cached_plan`): one ``.npz`` per (data fingerprint, ``max_length``,
-packer) under ``$TOKEMBED_CACHE_DIR/packing`` (else ``$XDG_CACHE_HOME/tokembed``, else
-``~/.cache/tokembed``), written atomically; a folder prepared again has another fingerprint, hence another
+packer) under ``packing/`` of tokembed's cache folder (`tokembed.storage.options.default_cache_dir`:
+``$TOKEMBED_CACHE_DIR``, else ``$XDG_CACHE_HOME/tokembed``, else ``~/.cache/tokembed``), written atomically; a folder prepared again has another fingerprint, hence another
 file. A cache that cannot be read is planned again; one that cannot be written is skipped with a warning.
 """
 
@@ -43,6 +43,7 @@ import numpy as np
 
 from tokembed._atomic import atomic_open
 from tokembed._checks import check_positive_int
+from tokembed.storage.options import default_cache_dir  # one cache root for tokembed (remote blocks too)
 
 __all__ = [
     "PACKERS",
@@ -246,14 +247,6 @@ def plan_packing(doc_starts, n_tokens: int, *, max_length: int, packer: str = "b
 
 
 _ARRAYS = ("piece_start", "piece_len", "piece_last", "window_first")
-
-
-def default_cache_dir() -> Path:
-    """``$TOKEMBED_CACHE_DIR``, else ``$XDG_CACHE_HOME/tokembed``, else ``~/.cache/tokembed``."""
-    if os.environ.get("TOKEMBED_CACHE_DIR"):
-        return Path(os.environ["TOKEMBED_CACHE_DIR"])
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "tokembed"
 
 
 def plan_key(

@@ -33,8 +33,8 @@ class TrainConfig:
     """How to train.
 
     Attributes:
-        data: a shard folder (``tokembed prepare`` output), a Megatron prefix or a UTF-8 text file (stored as an
-            absolute path),
+        data: a shard folder (``tokembed prepare`` output; a URL of a remote one, stored as given, without
+            credentials), a Megatron prefix or a UTF-8 text file (stored as an absolute path),
             or a `tokembed.Mixture` or `tokembed.PhasedMixture` of shard folders (stored as its ``spec()``, a dict).
         out: the checkpoint directory to write (and resume from).
         max_length: tokens per training window (must not exceed the model's context_length).
@@ -187,7 +187,11 @@ def _data_entry(data: Any) -> str | dict:
         return data.spec()
     if isinstance(data, dict):
         return mixture_from_spec(data).spec()
-    return str(local_path(data, what="the training data").resolve())
+    from tokembed.storage.urls import as_url, is_url, local_path_of, public_url
+
+    if is_url(data) and local_path_of(data) is None:  # a remote shard folder, recorded without credentials
+        return public_url(as_url(data))
+    return str(local_path(local_path_of(data) or data, what="the training data").resolve())
 
 
 def lr_at(step: int, config: TrainConfig) -> float:
