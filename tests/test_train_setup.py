@@ -200,6 +200,27 @@ def test_a_shard_folder_is_known_by_its_manifest_not_its_path(tmp_path, story):
     assert losses(tmp_path / "cut2") == losses(whole.checkpoint)
 
 
+def test_a_mixture_resumes_without_its_sources_named_and_from_moved_copies(tmp_path, story):
+    from tokembed import Mixture
+
+    half = len(story) // 2
+    a, b = prepared(tmp_path, "a", story[:half]), prepared(tmp_path, "b", story[half:])
+    mixture = Mixture({a: 0.7, b: 0.3})
+    whole = train(cfg(tmp_path, "whole", data=mixture), SHAPE, progress=False)
+    train(cfg(tmp_path, "cut", data=mixture), SHAPE, progress=False, stop_at=2)
+    assert main(["train", "--out", str(tmp_path / "cut"), "--resume", "--stop-at", "4", "--no-progress"]) == 0
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    a.rename(moved / "a")
+    b.rename(moved / "b")
+    with pytest.raises(FileNotFoundError, match=r"give its new location as data \(--source PATH:WEIGHT for each"):
+        train({"out": str(tmp_path / "cut")}, resume=True, progress=False)
+    sources = ["--source", f"{moved / 'a'}:0.7", "--source", f"{moved / 'b'}:0.3"]
+    assert main(["train", *sources, "--out", str(tmp_path / "cut"), "--resume", "--no-progress"]) == 0
+    assert losses(tmp_path / "cut") == losses(whole.checkpoint)
+    assert saved_train(tmp_path / "cut")["data"]["sources"] == [[str(moved / "a"), 0.7], [str(moved / "b"), 0.3]]
+
+
 # ------------------------------------------------------------------------------------------- the CLI
 
 
