@@ -19,7 +19,8 @@
    phase changes fall inside the timed batches (``--mixture-only``: just these, to results/loader-mixture.json);
    by wall-clock and by CPU time (``time.process_time``, which the other jobs of a shared machine disturb less).
    And at 8 x 1024, in turns in the same run: ``return_documents=True`` (document metadata),
-   ``packing="best-fit"`` (with and without metadata) and ``output="rows"`` against plain windows; and the
+   ``packing="best-fit"`` (with and without metadata; gathered from the shards, and ``materialize=True``: the
+   packed windows written once to the cache, read as rows) and ``output="rows"`` against plain windows; and the
    padding share of best-fit decreasing against first-fit on the corpus's documents at 256, 1024 and 4096
    tokens per window (``--documents-only``: just these, to results/loader-documents.json).
 2. ``tokembed.create_dataloader_v1`` (the drop-in) against the book's code: construction time and peak
@@ -313,6 +314,8 @@ DOCUMENT_MODES = {  # name -> create_dataloader options, against plain windows i
     "return_documents": {"return_documents": True},
     "packing best-fit": {"packing": "best-fit"},
     "packing + documents": {"packing": "best-fit", "return_documents": True},
+    "packing, materialized": {"packing": "best-fit", "materialize": True},
+    "packing + documents, materialized": {"packing": "best-fit", "materialize": True, "return_documents": True},
     "rows (B, T+1)": {"output": "rows"},
 }
 
@@ -586,6 +589,7 @@ def main() -> None:
             )
         )
         return
+    os.environ.setdefault("TOKEMBED_CACHE_DIR", str(DATA / "cache"))  # packing plans and materialized windows
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="smaller corpus and fewer batches")
     p.add_argument("--repeats", type=int, default=3)

@@ -66,7 +66,7 @@ def _gigatoken(enc):
     from tokembed.tokenizer.fast import TokenEncoder
 
     te = TokenEncoder(enc, backend="gigatoken")
-    return lambda text: te.encode_ordinary(text).tolist()
+    return te.encode_ordinary  # a numpy array, as prepare uses it (a list would add a conversion per id)
 
 
 def encoder(name: str, backend: str):
@@ -92,7 +92,7 @@ def _time_one(fn, docs: list[str]) -> tuple[float, int]:
 
 
 def _exact(fn, ref, docs: list[str]) -> float:
-    return sum(fn(d) == ref(d) for d in docs) / len(docs)
+    return sum(list(map(int, fn(d))) == ref(d) for d in docs) / len(docs)
 
 
 def stress_texts() -> list[str]:
@@ -194,15 +194,19 @@ def _fresh_encoder(name: str, backend: str):
     return fast.token_encoder(tokembed.get_tokenizer(name), backend)
 
 
-def _raw(name: str, backend: str, docs: list[str]) -> tuple[float, int]:
+def _raw(name: str, backend: str, docs: list[str]) -> tuple[float, float, int]:
     """The raw tokenizer: one call per document on in-memory texts, ids as it returns them (gigatoken: a numpy
-    array; tiktoken: a list), a fresh encoder."""
+    array; tiktoken: a list), a fresh encoder. Wall and CPU seconds, tokens."""
     te = _fresh_encoder(name, backend)
     fn = te._fast.encode if te.backend == "gigatoken" else te.enc.encode_ordinary
-    return _time_one(fn, docs)
+    c0, t0 = time.process_time(), time.perf_counter()
+    n = sum(len(fn(d)) for d in docs)
+    return time.perf_counter() - t0, time.process_time() - c0, n
 
 
-def _prepare_seconds(name: str, backend: str, corpus: Path, workers: int) -> tuple[float, int, str]:
+def _prepare_seconds(name: str, backend: str, corpus: Path, workers: int) -> tuple[float, float, int, str]:
+    """Wall and CPU seconds (of this process) of `prepare_corpus` (a fresh encoder built first, outside the
+    time), its tokens and the folder's hash."""
     import shutil
     import tempfile
 
@@ -211,49 +215,59 @@ def _prepare_seconds(name: str, backend: str, corpus: Path, workers: int) -> tup
     _fresh_encoder(name, backend)
     out = Path(tempfile.mkdtemp(prefix="bench-tok-"))
     try:
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         r = prepare_corpus([corpus], out / "s", tokenizer=name, backend=backend, workers=workers, progress=False)
-        dt = time.perf_counter() - t0
-        return dt, sum(s["tokens"] for s in r.manifest["splits"].values()), _folder_hash(out / "s")
+        dt, cpu = time.perf_counter() - t0, time.process_time() - c0
+        return dt, cpu, sum(s["tokens"] for s in r.manifest["splits"].values()), _folder_hash(out / "s")
     finally:
         shutil.rmtree(out)
 
 
+def _keep_best(best: dict, key: tuple[str, str], wall: float, cpu: float) -> None:
+    best[(*key, "wall")] = min(best.get((*key, "wall"), wall), wall)
+    best[(*key, "cpu")] = min(best.get((*key, "cpu"), cpu), cpu)
+
+
 def bench_prepare(files: dict[str, Path], docs: list[str], repeats: int, backends: list[str]) -> list[dict]:
     """prepare with one worker (in this process, a fresh encoder each time) on each input format, through each
-    backend, against the raw tokenizer on the same documents; all interleaved, best of ``repeats``."""
+    backend, against the raw tokenizer on the same documents; all interleaved, best of ``repeats``, by wall
+    time and by this process's CPU time (which a shared machine disturbs less)."""
     rows = []
     for name in ("gpt2", "o200k_base"):
-        best: dict[tuple[str, str], float] = {}
+        best: dict[tuple[str, str, str], float] = {}
         tokens: dict[tuple[str, str], int] = {}
         hashes: dict[tuple[str, str], str] = {}
+
         for _ in range(repeats):
             for backend in backends:
-                dt, tokens[backend, "raw"] = _raw(name, backend, docs)
-                best[backend, "raw"] = min(best.get((backend, "raw"), dt), dt)
+                wall, cpu, tokens[backend, "raw"] = _raw(name, backend, docs)
+                _keep_best(best, (backend, "raw"), wall, cpu)
                 for fmt, path in files.items():
-                    dt, tokens[backend, fmt], hashes[backend, fmt] = _prepare_seconds(name, backend, path, 1)
-                    best[backend, fmt] = min(best.get((backend, fmt), dt), dt)
+                    wall, cpu, tokens[backend, fmt], hashes[backend, fmt] = _prepare_seconds(name, backend, path, 1)
+                    _keep_best(best, (backend, fmt), wall, cpu)
         for backend in backends:
-            row = {
-                "tokenizer": name,
-                "backend": backend,
-                "raw_tok_per_s": tokens[backend, "raw"] / best[backend, "raw"],
-            }
+            row: dict = {"tokenizer": name, "backend": backend}
+            for clock in ("wall", "cpu"):
+                row[f"raw_tok_per_s_{clock}"] = tokens[backend, "raw"] / best[backend, "raw", clock]
+                for fmt in files:
+                    row[f"{fmt}_tok_per_s_{clock}"] = tokens[backend, fmt] / best[backend, fmt, clock]
+                    row[f"{fmt}_vs_raw_{clock}"] = row[f"{fmt}_tok_per_s_{clock}"] / row[f"raw_tok_per_s_{clock}"]
+                if "parquet" in files and "jsonl" in files:
+                    row[f"parquet_vs_jsonl_{clock}"] = (
+                        row[f"parquet_tok_per_s_{clock}"] / row[f"jsonl_tok_per_s_{clock}"]
+                    )
             for fmt in files:
-                row[f"{fmt}_tok_per_s"] = tokens[backend, fmt] / best[backend, fmt]
-                row[f"{fmt}_vs_raw"] = row[f"{fmt}_tok_per_s"] / row["raw_tok_per_s"]
                 row[f"{fmt}_identical"] = hashes[backend, fmt] == hashes[backends[0], fmt]
-            if "parquet" in files and "jsonl" in files:
-                row["parquet_vs_jsonl"] = row["parquet_tok_per_s"] / row["jsonl_tok_per_s"]
             rows.append(row)
             shown = ", ".join(
-                f"{fmt} {row[f'{fmt}_tok_per_s'] / 1e6:.2f} M tok/s ({row[f'{fmt}_vs_raw']:.2f}x raw)" for fmt in files
+                f"{fmt} {row[f'{fmt}_tok_per_s_wall'] / 1e6:.2f} M tok/s ({row[f'{fmt}_vs_raw_wall']:.2f}x raw; "
+                f"by CPU {row[f'{fmt}_vs_raw_cpu']:.2f}x)"
+                for fmt in files
             )
             same = all(row[f"{fmt}_identical"] for fmt in files)
             print(
-                f"prepare {name:<11} {backend:<9} 1 worker: raw {row['raw_tok_per_s'] / 1e6:.2f} M tok/s; {shown}; "
-                f"shards identical to {backends[0]}'s: {same}",
+                f"prepare {name:<11} {backend:<9} 1 worker: raw {row['raw_tok_per_s_wall'] / 1e6:.2f} M tok/s "
+                f"(CPU {row['raw_tok_per_s_cpu'] / 1e6:.2f}); {shown}; shards identical to {backends[0]}'s: {same}",
                 flush=True,
             )
     return rows
@@ -261,98 +275,93 @@ def bench_prepare(files: dict[str, Path], docs: list[str], repeats: int, backend
 
 # ------------------------------------------------------------------------------------ profile of one worker
 
-# Where each function's time goes: the step of the nearest caller named here (functions named nowhere, and the
-# library code they call, pass their time up to their callers in proportion to the time spent in each call).
-HARNESS = "the benchmark itself (not counted)"
-STEPS = {
-    "read": ["units.py:_read"],
-    "hash input": ["units.py:_input_hash"],
-    "decode UTF-8": ["base.py:decode", "base.py:decode_all", "base.py:refuse_non_text", "base.py:unicode"],
-    "parse (JSON, lines, rows)": [
-        "jsonl.py:line_text",
-        "bytes.py:texts",
-        "parquet.py:texts",
-        "parquet.py:row_records",
-        "text.py:texts",
-        "json:",
-    ],
-    "blank / val split": ["units.py:_gather", "units.py:_route", "units.py:_in_val"],
-    "tokenize (the tokenizer's own call)": ["BPETokenizer", "tiktoken/core.py:", "_tiktoken"],
-    "cut + convert ids (EOT, index, dtype)": ["units.py:flush", "units.py:add", "units.py:result", "fast.py:"],
-    "count (per-file stats, token counts)": ["units.py:_count", "counts.py:"],
-    "join parts + sha256": ["units.py:join_parts"],
-    "write + fsync shards and records": ["folder.py:write_unit"],
-    "manifest (JSON, seal)": ["prepare.py:_write_manifest"],
-    "plan (spans, units, parts)": ["units.py:iter_units", "units.py:unit_parts"],
-    HARNESS: ["bench_tokenize.py:_folder_hash", "bench_tokenize.py:_fresh_encoder", "shutil.py:rmtree", "tempfile.py:"],
-}
+# Steps timed by wrapping the functions that do them (called per part or per unit, so the wrapping costs nothing
+# measurable): (step, module, attribute). Each step's time excludes the steps it calls.
+TIMED = [
+    ("read", "tokembed.shards.units", "_read"),
+    ("hash input (sha256)", "tokembed.shards.units", "_input_hash"),
+    ("decode + parse + blank/val (texts of the spans)", "tokembed.shards.units", "_gather"),
+    ("tokenize (TokenEncoder.encode_batch)", "tokembed.tokenizer.fast", "TokenEncoder.encode_batch"),
+    ("cut + convert ids (EOT, index, dtype)", "tokembed.shards.units", "_SplitTokens.flush"),
+    ("count per-file stats", "tokembed.shards.units", "_SplitTokens._count"),
+    ("join parts + sha256 of shards", "tokembed.shards.prepare", "join_parts"),
+    ("write + fsync shards and records", "tokembed.shards.prepare", "write_unit"),
+    ("count token ids (manifest token_counts)", "tokembed.shards.prepare", "split_token_counts"),
+    ("manifest (JSON, seal, fsync)", "tokembed.shards.prepare", "_write_manifest"),
+    ("give memory back (malloc_trim)", "tokembed.shards.units", "trim_heap"),
+    ("give memory back (malloc_trim)", "tokembed.shards.prepare", "trim_heap"),
+]
 
 
-def _step_of(func: tuple) -> str | None:
-    file, _, fn = func
-    key = f"{file}:{fn}"
-    found = None
-    for step, names in STEPS.items():  # the most specific (longest) name wins: "units.py:flush" over "fast.py:"
-        for n in names:
-            if n in key and (found is None or len(n) > found[1]):
-                found = (step, len(n))
-    return found[0] if found else None
+class _StepClock:
+    """Wall and CPU seconds per step, each excluding the steps it calls (a stack of open steps)."""
+
+    def __init__(self) -> None:
+        self.wall: dict[str, float] = {}
+        self.cpu: dict[str, float] = {}
+        self.stack: list[list] = []  # [step, wall0, cpu0, wall of nested steps, cpu of nested steps]
+
+    def wrap(self, step: str, fn):
+        import functools
+
+        @functools.wraps(fn)
+        def timed(*args, **kwargs):
+            self.stack.append([step, time.perf_counter(), time.process_time(), 0.0, 0.0])
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                _, w0, c0, nw, nc = self.stack.pop()
+                w, c = time.perf_counter() - w0, time.process_time() - c0
+                self.wall[step] = self.wall.get(step, 0.0) + w - nw
+                self.cpu[step] = self.cpu.get(step, 0.0) + c - nc
+                if self.stack:
+                    self.stack[-1][3] += w
+                    self.stack[-1][4] += c
+
+        return timed
 
 
-def step_shares(stats: dict) -> dict[str, float]:
-    """Seconds per step from `pstats.Stats(...).stats` (each function's own time, passed up to the nearest named
-    caller)."""
-    memo: dict[tuple, dict[str, float]] = {}
+def _patched(clock: _StepClock) -> list[tuple]:
+    import importlib
 
-    def share(func: tuple, seen: frozenset) -> dict[str, float]:
-        if func in memo:
-            return memo[func]
-        step = _step_of(func)
-        callers = stats[func][4] if func in stats else {}
-        if step is not None or not callers or func in seen:
-            out = {step or "other": 1.0}
-        else:
-            weights = {c: e[3] for c, e in callers.items() if c in stats}
-            total = sum(weights.values()) or 1.0
-            out = {}
-            for c, w in weights.items():
-                for k, v in share(c, seen | {func}).items():
-                    out[k] = out.get(k, 0.0) + v * w / total
-            out = out or {"other": 1.0}
-        memo[func] = out
-        return out
-
-    seconds: dict[str, float] = {}
-    for func, (_, _, tt, _, _) in stats.items():
-        for k, v in share(func, frozenset()).items():
-            seconds[k] = seconds.get(k, 0.0) + tt * v
-    return seconds
+    undo = []
+    for step, module, attr in TIMED:
+        owner = importlib.import_module(module)
+        *path, name = attr.split(".")
+        for part in path:
+            owner = getattr(owner, part)
+        original = getattr(owner, name)
+        undo.append((owner, name, original))
+        setattr(owner, name, clock.wrap(step, original))
+    return undo
 
 
 def profile(name: str, backend: str, fmt: str, size_mb: float) -> dict:
-    """One worker (in this process) preparing the corpus under cProfile: the share of each step of its time."""
-    import cProfile
-    import pstats
-
+    """One worker (in this process) preparing the corpus: the share of each step of its wall and CPU time, by
+    timing the functions that do the steps (per part or unit, not per document, so the timing costs nothing
+    measurable; cProfile would inflate every per-call cost)."""
     files = corpora(size_mb)
     _prepare_seconds(name, backend, files[fmt], 1)  # the corpus in the page cache, imports done
-    dt, tokens, _ = _prepare_seconds(name, backend, files[fmt], 1)
-    raw_dt, raw_tokens = _raw(name, backend, documents(size_mb))
-    prof = cProfile.Profile()
-    prof.enable()
-    _prepare_seconds(name, backend, files[fmt], 1)
-    prof.disable()
-    seconds = step_shares(pstats.Stats(prof).stats)
-    seconds.pop(HARNESS, None)
-    total = sum(seconds.values())
+    raw_wall, raw_cpu, raw_tokens = _raw(name, backend, documents(size_mb))
+    clock = _StepClock()
+    undo = _patched(clock)
+    try:
+        wall, cpu, tokens, _ = _prepare_seconds(name, backend, files[fmt], 1)
+    finally:
+        for owner, attr, original in reversed(undo):
+            setattr(owner, attr, original)
+    rest = "the rest (plan, inputs, identity, lock, plan.json, pool)"
+    clock.wall[rest], clock.cpu[rest] = wall - sum(clock.wall.values()), cpu - sum(clock.cpu.values())
     print(
-        f"{name}, {backend}, {fmt}, {size_mb:g} MB, 1 worker: prepare {tokens / dt / 1e6:.2f} M tok/s, raw "
-        f"{raw_tokens / raw_dt / 1e6:.2f} M tok/s ({raw_tokens / raw_dt and tokens / dt / (raw_tokens / raw_dt):.2f}x raw); "
-        f"under cProfile {total:.2f} s (which inflates per-call costs):"
+        f"{name}, {backend}, {fmt}, {size_mb:g} MB, 1 worker: prepare {tokens / wall / 1e6:.2f} M tok/s "
+        f"({wall:.2f} s wall, {cpu:.2f} s CPU); raw tokenizer {raw_tokens / raw_wall / 1e6:.2f} M tok/s "
+        f"({raw_cpu:.2f} s CPU): {raw_cpu / cpu * tokens / raw_tokens:.2f}x raw by CPU time; load "
+        f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
     )
-    for step, sec in sorted(seconds.items(), key=lambda kv: -kv[1]):
-        print(f"  {step:<40} {sec:7.3f} s {100 * sec / total:5.1f}%")
-    return {"tokenizer": name, "backend": backend, "format": fmt, "seconds": seconds, "prepare_tok_per_s": tokens / dt}
+    print(f"  {'step':<58} {'CPU s':>7} {'share':>6} {'wall s':>7}")
+    for step, sec in sorted(clock.cpu.items(), key=lambda kv: -kv[1]):
+        print(f"  {step:<58} {sec:7.3f} {100 * sec / cpu:5.1f}% {clock.wall[step]:7.3f}")
+    return {"tokenizer": name, "backend": backend, "format": fmt, "cpu": clock.cpu, "wall": clock.wall}
 
 
 def main() -> None:

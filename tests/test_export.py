@@ -107,7 +107,7 @@ def test_positions_export(table, tmp_path):
 def test_existing_files_are_kept_unless_overwrite(table, tmp_path):
     target = tmp_path / "t.npy"
     target.write_bytes(b"precious")
-    with pytest.raises(FileExistsError, match=r"t.npy already exists; .*overwrite=True \(--force\)"):
+    with pytest.raises(FileExistsError, match=r"t.npy already exists; .*overwrite=True \(--overwrite\)"):
         export_table(table, target, format="npy")
     assert target.read_bytes() == b"precious"
     export_table(table, target, format="npy", overwrite=True)

@@ -4,7 +4,7 @@ Stages, in the order data flows; a module may import only from its own stage or 
 the imports between modules form no cycle:
 
     0 _atomic, _checks, _paths, _plot   shared primitives
-    1 tokenizer                 text -> ids
+    1 tokenizer, storage        text -> ids; bytes from anywhere (URLs, the block cache)
     2 shards                    ids -> token shards on disk
     3 data                      shards -> windows -> batches
   3.5 integrations              batches -> the trainers people use (HF, torchtitan, litgpt, Megatron)
@@ -25,7 +25,8 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src" / "tokembed"
 STAGES = {
     "_atomic": 0, "_checks": 0, "_cpus": 0, "_lazy": 0, "_lock": 0, "_paths": 0, "_plot": 0, "_plugins": 0,
-    "tokenizer": 1, "shards": 2, "data": 3, "integrations": 3.5, "embeddings": 4, "model": 5, "training": 6, "inspection": 7,
+    "tokenizer": 1, "storage": 1, "shards": 2, "data": 3, "integrations": 3.5, "embeddings": 4, "model": 5,
+    "training": 6, "inspection": 7,
     "demo": 8, "cli": 8, "__init__": 8, "__main__": 8,
 }  # fmt: skip
 MAX_FUNCTION_LINES = 60

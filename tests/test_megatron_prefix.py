@@ -86,3 +86,17 @@ def test_check_finds_what_a_sha256_cannot_vouch_for(exported, capsys):
     side.write_text(json.dumps(meta))
     assert main(["check", str(prefix)]) == 1
     assert "1 document(s) do not end with the end-of-text id 50256 (the first: document 3)" in capsys.readouterr().out
+
+
+def test_train_reads_a_megatron_prefix_as_data_as_it_reads_the_folder_it_came_from(exported, tmp_path, capsys):
+    """``tokembed train PREFIX`` (as ``--source PREFIX:1`` did already): the same windows, so the same losses, as
+    training on the shard folder it was exported from; the run resumes on it."""
+    prefix, _ = exported
+    small = ["--dim", "8", "--layers", "1", "--heads", "2", "--max-length", "4", "--batch-size", "2", "--quiet"]
+    assert main(["train", str(tmp_path / "s"), "--out", str(tmp_path / "a"), *small, "--steps", "3"]) == 0
+    assert main(["train", str(prefix), "--out", str(tmp_path / "b"), *small, "--steps", "2"]) == 0
+    assert main(["train", "--out", str(tmp_path / "b"), "--resume", "--steps", "3", "--quiet"]) == 0
+    losses = [[r["loss"] for r in json.loads((tmp_path / run / "log.json").read_text())["train"]] for run in ("a", "b")]
+    assert len(losses[0]) == 3 and losses[1] == losses[0]
+    config = json.loads((tmp_path / "b" / "config.json").read_text())
+    assert config["train"]["data"] == str(prefix.resolve()) and config["model"]["vocab_size"] == 50257

@@ -648,7 +648,7 @@ def add_val_split(path: Path, i: int, n: int) -> None:
     (path / "manifest.json").write_text(json.dumps(manifest))
 
 
-def test_the_validation_total_weighs_the_sources_as_the_phase_in_effect(four):
+def test_the_validation_total_weighs_the_sources_as_the_phase_in_effect(four, capsys):
     for i, p in enumerate(four):
         add_val_split(p, i, 6 * L)
     m = phased(four)
@@ -671,6 +671,14 @@ def test_the_validation_total_weighs_the_sources_as_the_phase_in_effect(four):
     weights = {Path(r["source"]).name: r["weight"] for r in row["sources"]}
     assert weights == {"s0": 0.0, "s1": 0.0, "s2": 0.5, "s3": 0.5}
     assert row["loss"] == pytest.approx(sum(r["weight"] * r["loss"] for r in row["sources"]))
+    # `tokembed eval CKPT` (which loads the checkpoint itself, for --allow-unverified) weighs them the same way
+    from tokembed.cli import main
+
+    capsys.readouterr()
+    assert main(["eval", str(result.checkpoint), "--lengths", str(L), "--max-windows", "2", "--json"]) == 0
+    (cli_row,) = json.loads(capsys.readouterr().out)
+    assert {Path(r["source"]).name: r["weight"] for r in cli_row["sources"]} == weights
+    assert cli_row["loss"] == pytest.approx(row["loss"], rel=1e-9)
 
 
 def test_train_cli_with_a_schedule_file_grows_it_on_resume(four, tmp_path, capsys):

@@ -1,7 +1,8 @@
-"""The fast paths of a prepare worker against the paths they replace, which stay as the reference: a batch of
-texts through one tokenizer call against one call per text, a span of JSON Lines decoded whole against line by
-line, and the manifest's JSON writer against the standard library's indenting encoder. Each pair must agree
-exactly (ids, texts, counts, error messages, characters)."""
+"""The fast paths of a prepare worker against what they replace, which stays as the reference: many texts
+through one call (and gigatoken's batch encoder) against a call per text, a JSON line through json's scanner
+against json.loads, Parquet values decoded directly against the shared record rules, and the manifest's JSON
+writer against the standard library's indenting encoder. Each pair must agree exactly (ids, texts, counts,
+error messages, characters)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ from hypothesis import strategies as st
 import tokembed
 from tokembed._atomic import dumps_indented
 from tokembed.shards.config import PrepareConfig
-from tokembed.shards.formats.base import RecordContext, Span
-from tokembed.shards.formats.jsonl import JsonLinesFormat
+from tokembed.shards.formats.base import RecordContext
+from tokembed.tokenizer import fast
 from tokembed.tokenizer.fast import TokenEncoder
 
 # ------------------------------------------------------------------------------------------- JSON writer
@@ -65,83 +66,29 @@ _texts = st.lists(
 )
 
 
-@pytest.fixture(scope="module", params=["tiktoken", "gigatoken"])
+@pytest.fixture(scope="module", params=["tiktoken", "gigatoken", "gigatoken batches"])
 def encoder(request):
-    return TokenEncoder(tokembed.get_tokenizer("gpt2"), backend=request.param)
+    enc = TokenEncoder(tokembed.get_tokenizer("gpt2"), backend=request.param.split()[0])
+    if request.param.endswith("batches"):  # its batch encoder from the first text on, as after BATCH_AFTER_CHARS
+        enc._seen = fast.BATCH_AFTER_CHARS
+        assert enc._batching()
+    return enc
 
 
 @given(texts=_texts)
 @settings(max_examples=150, deadline=None)
 def test_encode_batch_gives_each_texts_ids(encoder, texts):
-    ids, offsets = encoder.encode_batch(texts)
-    assert ids.dtype.name == "uint32" and offsets.dtype.name == "int64" and len(offsets) == len(texts) + 1
-    ref = encoder.enc
-    assert [ids[offsets[i] : offsets[i + 1]].tolist() for i in range(len(texts))] == [
-        ref.encode_ordinary(t) for t in texts
-    ]
+    arrays = encoder.encode_batch(texts)
+    assert all(a.dtype.name == "uint32" for a in arrays)
+    assert [a.tolist() for a in arrays] == [encoder.enc.encode_ordinary(t) for t in texts]
 
 
 def test_encode_batch_repairs_a_lone_surrogate_like_tiktoken(encoder):
     texts = ["before", "half \ud800 of a pair", "after"]
-    ids, offsets = encoder.encode_batch(texts)
-    assert [ids[offsets[i] : offsets[i + 1]].tolist() for i in range(3)] == [
-        encoder.enc.encode_ordinary(t) for t in texts
-    ]
+    assert [a.tolist() for a in encoder.encode_batch(texts)] == [encoder.enc.encode_ordinary(t) for t in texts]
 
 
-# ------------------------------------------------------------------------------------------- lines decoded whole
-
-_line = st.sampled_from(
-    [
-        b'{"text": "plain"}',
-        b'{"text": "caf\xc3\xa9 \xe6\x9d\xb1"}',
-        b'{"text": "escaped \\u00e9 and \\ud800 half"}',
-        b'{"text": "   "}',
-        b"",
-        b"   \t ",
-        b"\xc2\xa0",  # a no-break space: blank to Unicode, not to the line's bytes: a bad line
-        b"\x0b\x0c",
-        b'{"text": "bad \xff byte in a long enough line to be looked at ........................"}',
-        b'{"text": "control \x01 byte"}',
-        b"\x00\x01\x02\x03" * 20,
-        b"not json",
-        b'{"other": 1}',
-        b'{"text": 5}',
-        b'["text"]',
-    ]
-)
-
-
-def _texts_and_stats(lines: list[bytes], *, fast: bool, strict: bool = False):
-    fmt = JsonLinesFormat()
-    data = b"\n".join(lines) + b"\n"
-    span = Span(0, 100, 100 + len(data), line=7, format="jsonl")
-    stats = dict.fromkeys(("documents", "tokens", "chars", "text_bytes", "empty", "replaced", "bad_lines"), 0)
-    config = PrepareConfig(skip_bad_lines=True, strict=strict)
-    records = RecordContext(fmt, "in.jsonl", span, config, stats)
-    try:
-        texts = list(fmt.texts(span, data, records) if fast else fmt._texts_by_line(span, data, records))
-    except ValueError as e:
-        return str(e)
-    return texts, stats
-
-
-@given(st.lists(_line, max_size=12))
-@settings(max_examples=300, deadline=None)
-def test_lines_decoded_whole_read_as_line_by_line(lines):
-    assert _texts_and_stats(lines, fast=True) == _texts_and_stats(lines, fast=False)
-    assert _texts_and_stats(lines, fast=True, strict=True) == _texts_and_stats(lines, fast=False, strict=True)
-
-
-def test_a_bad_line_is_named_by_its_line_in_the_fast_path():
-    fmt = JsonLinesFormat()
-    data = b'{"text": "a"}\n{"text": "b"}\nnot json\n'
-    span = Span(0, 0, len(data), line=1, format="jsonl")
-    stats = dict.fromkeys(("empty", "replaced", "bad_lines"), 0)
-    records = RecordContext(fmt, "in.jsonl", span, PrepareConfig(), stats)
-    assert records.decode_all(data) is not None  # clean UTF-8: the fast path
-    with pytest.raises(ValueError, match=r"in\.jsonl, line 3: not valid JSON \(Expecting value at column 1\)"):
-        list(fmt.texts(span, data, records))
+# ------------------------------------------------------------------------------------------- JSON lines and rows
 
 
 def _outcome(fn, text):
@@ -198,3 +145,23 @@ def test_parquet_rows_decode_as_one_by_one(values):
             return str(e)
 
     assert run(True) == run(False)
+
+
+def test_prepare_writes_the_same_bytes_through_gigatokens_batch_encoder(tmp_path, monkeypatch):
+    from tokembed.shards.prepare import prepare_corpus
+
+    lines = [
+        json.dumps({"text": f"document {i}: " + "naïve café 東京 " * (i % 7) + "x" * (i % 300)}) for i in range(400)
+    ]
+    (tmp_path / "in.jsonl").write_text("\n".join(lines) + "\n\n", encoding="utf-8")
+
+    def run(out: str) -> dict[str, bytes]:
+        fast._encoder.cache_clear()  # a new encoder, built under the patched threshold
+        prepare_corpus([tmp_path / "in.jsonl"], tmp_path / out, backend="gigatoken", workers=1, val_fraction=0.2)
+        return {str(p.relative_to(tmp_path / out)): p.read_bytes() for p in (tmp_path / out).rglob("*") if p.is_file()}
+
+    per_text = run("per-text")
+    monkeypatch.setattr(fast, "BATCH_AFTER_CHARS", 0)
+    batched = run("batched")
+    fast._encoder.cache_clear()
+    assert batched == per_text and any(k.startswith("val/") for k in batched)

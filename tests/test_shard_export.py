@@ -181,7 +181,8 @@ def test_exports_refuse_to_overwrite_without_force(tmp_path, capsys):
     write_shards(tmp_path / "s", counting_docs([[20, 3]]))
     assert cli(["export", str(tmp_path / "s"), "--format", "megatron", str(tmp_path / "m")]) == 0
     assert cli(["export", str(tmp_path / "s"), "--format", "megatron", str(tmp_path / "m")]) == 2
-    assert "m.idx already exists" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "m.idx already exists" in err and "(--overwrite)" in err  # the flag's name now, not 0.1's --force
     assert cli(["export", str(tmp_path / "s"), "--format", "megatron", str(tmp_path / "m"), "--force"]) == 0
 
 

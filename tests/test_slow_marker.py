@@ -7,7 +7,8 @@ module-level constant it reads mentions one of:
 
 - the program names ``"torchrun"``, ``"chromium"``, ``"chromium-browser"`` (a string that is exactly that);
 - ``ray.init`` (a local Ray cluster);
-- ``SIGKILL`` or ``killpg`` (kill -9, or a signal to a whole process group).
+- ``SIGKILL`` or ``killpg`` (kill -9, or a signal to a whole process group);
+- ``start_swift`` (the S3 server of tests/remote/, through its ``swift``/``s3`` fixtures).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import pytest
 
 TESTS = Path(__file__).resolve().parent
 PROGRAMS = {"torchrun", "chromium", "chromium-browser"}
-NAMES = {"SIGKILL", "killpg"}
+NAMES = {"SIGKILL", "killpg", "start_swift"}
 
 
 def _launches(node: ast.AST) -> bool:
@@ -60,8 +61,13 @@ def _module_parts(tree: ast.Module) -> tuple[dict[str, ast.FunctionDef], set[str
     return functions, launching_names, module_slow
 
 
-def _launching_functions(functions: dict[str, ast.FunctionDef], names: set[str]) -> set[str]:
-    """The module's functions that reach a launcher, directly or through each other, fixtures included."""
+def _launching_functions(
+    functions: dict[str, ast.FunctionDef], names: set[str], shared: dict[str, ast.FunctionDef] | None = None
+) -> set[str]:
+    """The functions that reach a launcher, directly or through each other: the module's helpers by any mention,
+    fixtures (the module's, and conftest's ``shared``) by being taken as an argument (a local variable that happens
+    to share a conftest fixture's name, like ``s3``, is no use of it)."""
+    everything = {**(shared or {}), **functions}
 
     def direct(fn: ast.FunctionDef) -> bool:
         body = ast.Module(body=fn.body, type_ignores=[])
@@ -69,11 +75,11 @@ def _launching_functions(functions: dict[str, ast.FunctionDef], names: set[str])
 
     def uses(fn: ast.FunctionDef) -> set[str]:
         called = {n.id for n in ast.walk(ast.Module(body=fn.body, type_ignores=[])) if isinstance(n, ast.Name)}
-        return (called | {a.arg for a in fn.args.args}) & set(functions)  # helpers called, fixtures taken
+        return (called & set(functions)) | ({a.arg for a in fn.args.args} & set(everything))
 
-    found = {name for name, fn in functions.items() if direct(fn)}
+    found = {name for name, fn in everything.items() if direct(fn)}
     while True:
-        more = {name for name, fn in functions.items() if name not in found and uses(fn) & found}
+        more = {name for name, fn in everything.items() if name not in found and uses(fn) & found}
         if not more:
             return found
         found |= more
@@ -85,8 +91,7 @@ def unmarked_launchers(source: str, shared_fixtures: dict[str, ast.FunctionDef] 
     functions, names, module_slow = _module_parts(tree)
     if module_slow:
         return []
-    everything = {**(shared_fixtures or {}), **functions}
-    launching = _launching_functions(everything, names)
+    launching = _launching_functions(functions, names, shared_fixtures)
     bad = []
     for name, fn in functions.items():
         if not name.startswith("test") or _is_fixture(fn):
@@ -98,8 +103,12 @@ def unmarked_launchers(source: str, shared_fixtures: dict[str, ast.FunctionDef] 
 
 
 def _conftest_fixtures() -> dict[str, ast.FunctionDef]:
-    tree = ast.parse((TESTS / "conftest.py").read_text(encoding="utf-8"))
-    return {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef) and _is_fixture(n)}
+    """The fixtures of every conftest.py (tests/ and its folders: tests/remote/ starts the S3 server)."""
+    found: dict[str, ast.FunctionDef] = {}
+    for path in sorted(TESTS.glob("**/conftest.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        found |= {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef) and _is_fixture(n)}
+    return found
 
 
 def test_every_test_that_starts_a_launcher_or_kills_a_process_is_marked_slow():
@@ -194,3 +203,11 @@ def test_a_conftest_fixture_that_launches_counts():
     }
     assert unmarked_launchers("def test_x(cluster):\n    pass\n", shared) == ["test_x"]
     assert unmarked_launchers("def test_x(tmp_path):\n    pass\n", shared) == []
+
+
+def test_a_test_that_takes_the_s3_server_counts():
+    fixtures = _conftest_fixtures()  # tests/remote/conftest.py's too: s3 takes swift, which starts the server
+    assert {"swift", "s3"} <= set(fixtures)
+    assert unmarked_launchers("def test_x(s3):\n    pass\n", fixtures) == ["test_x"]
+    assert unmarked_launchers("@pytest.mark.slow\ndef test_x(s3):\n    pass\n", fixtures) == []
+    assert unmarked_launchers("def test_x():\n    s3, d3 = 1, 2\n", fixtures) == []  # a variable, not the fixture

@@ -525,7 +525,10 @@ def test_evaluate_and_experiment_option_errors(tmp_path):
         PositionsExperiment(data="d", out="o", multiples=(1, 0))
     with pytest.raises(ValueError, match=r"evaluation must be one of nonoverlapping, sliding, got 'strided'"):
         tokembed.evaluate(tmp_path / "run", lengths=[16], evaluation="strided")
-    with pytest.raises(ValueError, match=r"stride=4 applies to the sliding evaluation"):
+    with pytest.raises(
+        ValueError,
+        match=r"stride=4 \(--stride\) applies to the sliding evaluation; pass evaluation=.sliding. \(--sliding\)",
+    ):
         tokembed.evaluate(tmp_path / "run", lengths=[16], stride=4)
     with pytest.raises(ValueError, match=r"rope_scaling entries must be among linear, ntk, yarn, llama3, got 'x'"):
         PositionsExperiment(data="d", out="o", rope_scaling=("x",))
@@ -561,3 +564,11 @@ def test_cli_resume_on_other_data_is_refused(tmp_path, capsys):
     other.write_text("hello " * 200)
     assert main(["train", str(other), "--out", str(tmp_path / "run"), "--resume", "--quiet"]) == 2
     assert "--resume: the checkpoint was trained on" in capsys.readouterr().err
+
+
+def test_a_stop_beyond_the_last_step_is_an_error_naming_both(tmp_path):
+    with pytest.raises(
+        ValueError, match=r"stop_at \(--stop-at\) 7 is beyond the run's last step, max_steps \(--steps\) 6"
+    ):
+        train(cfg(tmp_path), TINY, progress=False, stop_at=7)
+    assert not (tmp_path / "run").exists()  # refused before anything is written

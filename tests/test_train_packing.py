@@ -89,9 +89,18 @@ def test_the_command_line_trains_packed(folder, tmp_path, capsys):
     out = tmp_path / "cli"
     args = ["train", str(folder), "--out", str(out), "--dim", "16", "--layers", "1", "--heads", "2",
             "--max-length", "16", "--steps", "2", "--eval-interval", "2", "--eval-batches", "1",
-            "--device", "cpu", "--quiet", "--packing", "best-fit"]  # fmt: skip
+            "--device", "cpu", "--quiet", "--materialize-packing", "--packing", "best-fit"]  # fmt: skip
     assert main(args) == 0
-    assert json.loads((out / "config.json").read_text())["train"]["packing"] == "best-fit"
+    saved = json.loads((out / "config.json").read_text())["train"]
+    assert saved["packing"] == "best-fit" and saved["materialize_packing"] is True
     args[args.index(str(out))] = str(tmp_path / "other")
     assert main([*args[:-1], "tight"]) != 0
     assert "packing must be one of 'best-fit', 'first-fit', got 'tight'" in capsys.readouterr().err
+
+
+def test_materialized_packing_trains_the_same_steps(folder, tmp_path):
+    gathered = train(cfg(folder, tmp_path / "a", max_steps=3), MODEL, progress=False)
+    stored = train(cfg(folder, tmp_path / "b", max_steps=3, materialize_packing=True), MODEL, progress=False)
+    assert [r["loss"] for r in stored.log["train"]] == [r["loss"] for r in gathered.log["train"]]
+    with pytest.raises(ValueError, match=r"materialize_packing=True applies with packing .*; give packing"):
+        cfg(folder, tmp_path / "x", packing=None, materialize_packing=True)

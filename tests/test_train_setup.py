@@ -90,6 +90,24 @@ def test_resume_compares_the_scheme_options_given_one_by_one(tmp_path):
         train({"out": str(tmp_path / "cut")}, {"positional_options": {"base": 1000.0}}, resume=True, progress=False)
 
 
+def test_cli_resume_reads_scheme_options_as_options_of_the_checkpoints_scheme(tmp_path, capsys):
+    """``--rope-base`` without ``--positional`` on --resume belongs to the checkpoint's scheme (rope), as the
+    help says: the checkpoint's model, options given must agree. Was: 'this model uses learned'."""
+    out = str(tmp_path / "rope")
+    start = ["train", str(STORY), "--out", out, *SMALL, "--steps", "2", "--quiet"]
+    assert main([*start, "--positional", "rope", "--rope-base", "500", "--stop-at", "1"]) == 0
+    assert main(["train", "--out", out, "--resume", "--rope-base", "500", "--quiet"]) == 0  # agrees
+    assert json.loads((tmp_path / "rope" / "state.json").read_text())["step"] == 2
+    capsys.readouterr()
+    assert main(["train", "--out", out, "--resume", "--steps", "3", "--rope-base", "600", "--quiet"]) == 2
+    assert "another model (positional_options.base: 500.0 -> 600.0)" in capsys.readouterr().err
+    assert main(["train", "--out", out, "--resume", "--steps", "3", "--t5-max-distance", "64", "--quiet"]) == 2
+    assert "--t5-max-distance is an option of --positional t5, but this model uses rope" in capsys.readouterr().err
+    fresh = ["train", str(STORY), "--out", str(tmp_path / "new"), *SMALL, "--steps", "1", "--quiet"]
+    assert main([*fresh, "--rope-base", "500"]) == 2  # a new run without --positional: GPTConfig's learned
+    assert "--rope-base is an option of --positional rope, but this model uses learned" in capsys.readouterr().err
+
+
 def test_resume_auto_starts_then_resumes(tmp_path, reference):
     out = tmp_path / "auto"
     train(cfg(tmp_path, "auto"), TINY, progress=False, stop_at=2, resume="auto")  # nothing there: a new run

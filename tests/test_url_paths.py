@@ -2,7 +2,8 @@
 
 Was: ``prepare --out s3://bucket/x`` exited 0 and wrote a local folder ``./s3:/bucket/x`` (argparse's Path collapses
 ``//``), and ``stats`` then suggested ``--out s3:/bucket/shards``. Until remote storage supports a scheme for a
-command, every command refuses a URL naming its scheme; tokembed._paths is where that support plugs in.
+command, every command refuses a URL naming its scheme; tokembed._paths is where that support plugs in. The commands
+that read or write shard folders in object storage (docs/remote.md) are `REMOTE`.
 """
 
 from __future__ import annotations
@@ -87,8 +88,34 @@ COMMANDS = {
 }
 
 
+# What reads or writes shard folders in object storage (issue 21, docs/remote.md): tested against a server in
+# tests/remote/; here only that, without credentials, they stop before any request and write nothing locally.
+REMOTE = ("prepare --out", "prepare input", "train data", "train --source", "eval --data", "export source", "check")
+REMOTE += ("stats", "stats --source")
+
+
+@pytest.mark.parametrize("command", REMOTE)
+def test_commands_that_read_remote_folders_stop_without_credentials_and_write_nothing_here(
+    command, made, tmp_path_factory, monkeypatch, capsys
+):
+    here, cache = tmp_path_factory.mktemp("cwd"), tmp_path_factory.mktemp("cache")
+    monkeypatch.chdir(here)
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_ENDPOINT_URL"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")  # botocore asks no instance metadata service
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(here / "none"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(here / "none"))
+    monkeypatch.setenv("TOKEMBED_CACHE_DIR", str(cache))
+    before = sorted(p.name for p in made.iterdir())
+    assert main(COMMANDS[command]("s3://bucket/x", made)) == 2
+    err = capsys.readouterr().err
+    assert "s3://bucket/x" in err and "check the credentials: AWS_ACCESS_KEY_ID" in err, err
+    assert os.listdir(here) == []  # no ./s3:/bucket/x
+    assert sorted(p.name for p in made.iterdir()) == before
+
+
 @pytest.mark.parametrize("url", URLS)
-@pytest.mark.parametrize("command", list(COMMANDS))
+@pytest.mark.parametrize("command", [c for c in COMMANDS if c not in REMOTE])
 def test_every_command_refuses_a_url_and_writes_nothing(command, url, made, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     before = sorted(p.name for p in made.iterdir())

@@ -177,7 +177,7 @@ def check_target(path: Path, overwrite: bool) -> None:
     """Refuse an existing ``path`` unless ``overwrite``, and a folder always."""
     if path.exists() and not overwrite:
         raise FileExistsError(
-            f"{path} already exists; choose another name or pass overwrite=True (--force) to replace it"
+            f"{path} already exists; choose another name or pass overwrite=True (--overwrite) to replace it"
         )
     if path.is_dir():
         raise IsADirectoryError(f"{path} is a directory; give a file name")

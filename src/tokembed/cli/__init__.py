@@ -66,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)  # as typed: `train` prints how to resume
     try:
+        options.apply_storage(args)  # --cache-dir, --cache-bytes, --storage-option: the defaults of remote reads
         code = int(args.func(args) or 0)
         sys.stdout.flush()  # a reader that stopped early (`| head`) shows up here, not at exit
         return code
@@ -75,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     except USER_ERRORS as e:
         if os.environ.get("TOKEMBED_DEBUG"):
             raise
-        print(f"tokembed {args.command}: error: {e}", file=sys.stderr)
+        print(f"tokembed {args.command}: error: {options.secret_free(str(e), args)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"tokembed {args.command}: interrupted", file=sys.stderr)

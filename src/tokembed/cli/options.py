@@ -22,8 +22,8 @@ how many            ``--top N``                            inspect neighbours/an
 token counts        ``--corpus``, ``--min-count``          inspect, report, export
 windows             ``--max-length``, ``--stride``,        train, stats (defaults: `TrainConfig`'s, one source)
                     ``--batch-size``
-remote storage      (issue 21: ``--cache-dir``,            every command that reads or writes shard folders
-                    ``--cache-bytes``, ``--storage-option``)
+remote storage      ``--cache-dir``, ``--cache-bytes``,     prepare, merge, check, stats, train, eval, export
+                    ``--storage-option KEY=VALUE``         (every command that reads or writes shard folders)
 ==================  =====================================  ==========================================================
 
 ``--quiet`` means one thing everywhere: nothing on stderr but warnings and errors (no progress bar, no log lines, no
@@ -333,9 +333,86 @@ def add_packing(container, what: str) -> None:
     )
 
 
-def storage() -> argparse.ArgumentParser:
-    """Options for shard folders and inputs in object storage (issue 21): add them here, once for every command.
+def folder(text: str) -> Any:
+    """An argparse ``type`` for a shard folder: a local `pathlib.Path`, or a URL kept as text (``Path`` would fold
+    ``s3://bucket/x`` into ``s3:/bucket/x``)."""
+    from pathlib import Path
 
-    Given to every command that reads or writes shard folders; empty until remote storage lands.
+    from tokembed._paths import as_url, is_url
+
+    return as_url(text) if is_url(text) else Path(text)
+
+
+def _size(text: str) -> int:
+    from tokembed.storage.options import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def storage() -> argparse.ArgumentParser:
+    """Options for shard folders and inputs in object storage (URLs: `tokembed.storage`), the same in every command
+    that reads or writes shard folders. `apply_storage` makes them the process's defaults for remote reads."""
+    from tokembed.storage.options import DEFAULT_CACHE_BYTES, format_size
+
+    p = _parent()
+    g = p.add_argument_group("remote storage (s3://, gs://, az://, hf://, https:// folders and inputs)")
+    g.add_argument(
+        "--cache-dir",
+        metavar="DIR",
+        default=None,
+        help="the machine's cache of verified blocks, shared by every process that reads remote folders "
+        "(default: $TOKEMBED_CACHE_DIR, else ~/.cache/tokembed)",
+    )
+    g.add_argument(
+        "--cache-bytes",
+        metavar="SIZE",
+        type=_size,
+        default=None,
+        help="the cache holds at most this much on disk, plus the blocks in use: 512MiB, 20GB, 1.5TiB "
+        f"(default: $TOKEMBED_CACHE_BYTES, else {format_size(DEFAULT_CACHE_BYTES).replace(' ', '')})",
+    )
+    g.add_argument(
+        "--storage-option",
+        metavar="KEY=VALUE",
+        action="append",
+        default=None,
+        dest="storage_options",
+        help="an option of the storage library (fsspec), e.g. anon=true or client_kwargs.region_name=eu-west-1; "
+        "repeat for more. Credentials are best left in the standard places (AWS_* variables, ~/.aws); "
+        "a value given here is never written to a manifest, checkpoint or log, nor shown in a message",
+    )
+    return p
+
+
+def apply_storage(args: argparse.Namespace) -> None:
+    """Make a command's ``--cache-dir``, ``--cache-bytes`` and ``--storage-option`` this process's defaults for
+    remote folders (`tokembed.storage.options.set_remote_defaults`); nothing for a command without them.
+
+    Raises:
+        ValueError: a ``--storage-option`` that is not KEY=VALUE (names the key, never the value).
     """
-    return _parent()
+    if not hasattr(args, "storage_options"):
+        return
+    from tokembed.storage.options import parse_storage_options, set_remote_defaults
+
+    set_remote_defaults(
+        storage_options=parse_storage_options(args.storage_options or []),
+        cache_dir=args.cache_dir,
+        cache_bytes=args.cache_bytes,
+    )
+
+
+def secret_free(text: str, args: argparse.Namespace) -> str:
+    """``text`` (a message about to be printed) without the values of ``--storage-option`` or credentials in the
+    environment (`tokembed.storage.options.redact`)."""
+    from tokembed.storage.options import parse_storage_options, redact
+
+    pairs = getattr(args, "storage_options", None) or []
+    try:
+        given = parse_storage_options(pairs)
+    except ValueError:
+        given = {str(i): item.partition("=")[2] for i, item in enumerate(pairs)}
+    return redact(text, given)

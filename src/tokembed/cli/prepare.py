@@ -141,7 +141,7 @@ def _add_folder_commands(sub: argparse._SubParsersAction) -> None:
         description="Verify a shard folder; exit 1 when damaged.",
         parents=[options.json_output(), options.storage()],
     )
-    c.add_argument("dir", type=Path, metavar="DIR", help="the shard folder to verify")
+    c.add_argument("dir", type=options.folder, metavar="DIR", help="the shard folder to verify (a path or a URL)")
     c.set_defaults(func=run_check)
 
     _register_stats(sub)
@@ -168,10 +168,10 @@ def _register_stats(sub: argparse._SubParsersAction) -> None:
     )
     s.add_argument(
         "dir",
-        type=Path,
+        type=options.folder,
         metavar="DIR",
         nargs="?",
-        help="a shard folder (or leave it out and give --source or --mixture)",
+        help="a shard folder, a path or a URL (or leave it out and give --source or --mixture)",
     )
     s.add_argument(
         "--source",
@@ -277,13 +277,13 @@ def run_check(args: argparse.Namespace) -> int:
     elif not report.ok:
         for line in report.problems:
             print(f"DAMAGED: {line}")
-        print(f"{args.dir}: {len(report.problems)} problem(s)", file=sys.stderr)
+        print(f"{report.folder}: {len(report.problems)} problem(s)", file=sys.stderr)
     else:
         sizes = ", ".join(f"{k}: {v['shards']} shards, {v['tokens']:,} tokens" for k, v in report.splits.items())
-        print(f"{args.dir}: OK ({sizes})")
+        print(f"{report.folder}: OK ({sizes})")
     if report.sealed is False:
         print(
-            f"note: {args.dir / 'manifest.json'} has no manifest_sha256 (an older tokembed wrote it): its content was "
+            f"note: {report.folder}/manifest.json has no manifest_sha256 (an older tokembed wrote it): its content was "
             "checked against the schema, but an edit that leaves it well formed cannot be detected; "
             "`tokembed prepare ... --overwrite` writes it anew with one",
             file=sys.stderr,

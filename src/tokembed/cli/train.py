@@ -62,7 +62,8 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "data",
         nargs="?",
-        help="a shard folder (tokembed prepare) or a UTF-8 text file (its last 10%% of tokens is held out for validation); "
+        help="a shard folder (tokembed prepare), a Megatron prefix (PREFIX.bin + PREFIX.idx) or a UTF-8 text file "
+        "(its last 10%% of tokens is held out for validation); "
         "or leave it out and give --source or --mixture; with --resume, the checkpoint's data (a copy at another "
         "path is recognised by its content)",
     )
@@ -218,6 +219,13 @@ def _add_training_options(t) -> None:
 
     options.add_windows(t, defaults=False, length_note=", or --context-length when that is smaller")
     options.add_packing(t, "train on whole documents, attention and positions within each (no --stride)")
+    t.add_argument(
+        "--materialize-packing",
+        action="store_true",
+        default=None,
+        help="with --packing over a shard folder: write the packed windows once into the cache and read them as "
+        "rows (the same batches, faster; as much disk as the split)",
+    )
     t.add_argument(
         "--steps", type=int, dest="max_steps", help=f"optimizer steps in all (default {default('max_steps')})"
     )
@@ -419,7 +427,7 @@ def run_train(args: argparse.Namespace) -> int:
     model = {k: getattr(args, k) for k in MODEL_OPTIONS if getattr(args, k) is not None}
     if args.no_tie:
         model["tie_embeddings"] = False
-    chosen = scheme_options(args, args.positional or "learned")  # only the options given (train() fills the rest)
+    chosen = scheme_options(args, _scheme_of_run(args, resume))  # only the options given (train() fills the rest)
     if chosen:
         model["positional_options"] = chosen
     device = _device_config(args)
@@ -437,6 +445,23 @@ def run_train(args: argparse.Namespace) -> int:
         val = f", validation loss {result.val_loss:.4f}" if result.val_loss is not None else ""
         print(f"step {result.step}: train loss {result.train_loss:.4f}{val}; checkpoint {result.checkpoint}")
     return 0
+
+
+def _scheme_of_run(args: argparse.Namespace, resume: bool | str) -> str:
+    """The positional scheme that scheme options given apply to: --positional; else, resuming, the checkpoint's
+    (the model is the checkpoint's); else GPTConfig's default."""
+    from tokembed.model.config import GPTConfig  # torch-free
+
+    if args.positional:
+        return args.positional
+    if resume and _given_scheme_options(args):
+        from tokembed.model.checkpoint import read_checkpoint_config
+
+        try:
+            return GPTConfig.from_dict(read_checkpoint_config(args.out)["model"]).positional
+        except (OSError, ValueError, KeyError, TypeError):  # none there or damaged: train() says what is wrong
+            pass
+    return options.default_of(GPTConfig, "positional")
 
 
 def _is_main() -> bool:
@@ -492,12 +517,10 @@ def _labels(paths: list[str]) -> dict[str, str]:
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    from tokembed.model.checkpoint import load_checkpoint
     from tokembed.training.evaluation import evaluate
 
-    loaded = load_checkpoint(args.checkpoint, allow_unverified=args.allow_unverified)
     rows = evaluate(
-        loaded,
+        args.checkpoint,  # the directory, not a loaded model: a phased mixture is weighed as at its last step
         lengths=args.lengths,
         data=args.data,
         batch_size=args.batch_size,
@@ -508,6 +531,7 @@ def run_eval(args: argparse.Namespace) -> int:
         stride=args.stride,
         progress=not args.json and not args.quiet,  # a bar on a terminal, a line per length in a log
         device=args.device,
+        allow_unverified=args.allow_unverified,
     )
     print(json.dumps(rows, indent=1) if args.json else format_rows(rows))
     return 0

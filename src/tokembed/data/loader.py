@@ -37,8 +37,9 @@ source, chosen by the mixture's quota schedule (`tokembed.data.mixture_windows`)
 from __future__ import annotations
 
 import logging
+import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,10 +47,11 @@ import numpy as np
 import torch
 
 from tokembed._checks import check_bool, check_int, check_positive_int
+from tokembed.data import streaming
 from tokembed.data.mixture_windows import MixtureWindows
 from tokembed.data.packed import PackedWindows
 from tokembed.data.plan import RankPlan, rank_plan
-from tokembed.data.shuffle import FeistelPermutation
+from tokembed.data.shuffle import FeistelPermutation, GroupedPermutation
 from tokembed.data.windows import SlidingWindowDataset, WindowSource
 
 __all__ = ["LoaderConfig", "WindowDataLoader", "WindowLoader", "create_dataloader", "resolve_rank"]
@@ -98,6 +100,11 @@ class LoaderConfig:
         pin_memory: copy batches to page-locked memory (when CUDA is available).
         prefetch_factor: batches each worker prepares ahead (torch's default when None).
         multiprocessing_context: how workers start (``"fork"``, ``"spawn"``, ...; torch's default when None).
+        shuffle_group: the locality option: shuffle groups of this many consecutive windows, then the windows
+            within each group (`tokembed.data.shuffle.GroupedPermutation`), instead of all windows at once. Each
+            epoch is still a permutation of all windows, resumable exactly and elastically. For a remote folder
+            read through a cache much smaller than the corpus: a group whose tokens fill about a quarter of the
+            cache (``cache_bytes / 4 / (2 * stride)`` windows of uint16 tokens) is fetched once per epoch.
         output: what each batch is: ``"pairs"`` ``(inputs, targets)``, (B, T) each; ``"rows"`` one (B, T+1)
             tensor (inputs ``[:, :-1]``, targets ``[:, 1:]``: litgpt's and nanoGPT's layout); ``"documents"`` a
             `tokembed.data.batch.DocumentBatch` (position_ids, cu_seqlens, max_seqlen, doc_lens).
@@ -113,12 +120,19 @@ class LoaderConfig:
     pin_memory: bool = False
     prefetch_factor: int | None = None
     multiprocessing_context: str | None = None
+    shuffle_group: int | None = None
     output: str = "pairs"
     max_documents: int | None = None
 
     def __post_init__(self) -> None:
         if self.output not in OUTPUTS:
             raise ValueError(f"output must be one of {', '.join(map(repr, OUTPUTS))}, got {self.output!r}")
+        if self.shuffle_group is not None:
+            check_positive_int("shuffle_group", self.shuffle_group)
+            if not self.shuffle:
+                raise ValueError(
+                    f"shuffle_group={self.shuffle_group} shuffles groups of windows: it needs shuffle=True; leave it out"
+                )
         if self.max_documents is not None:
             check_positive_int("max_documents", self.max_documents)
             if self.output != "documents":
@@ -145,9 +159,17 @@ OUTPUTS = ("pairs", "rows", "documents")  # what a loader yields (LoaderConfig.o
 class _Epoch:
     """The arithmetic of one epoch for one rank: which windows make batch ``t``."""
 
-    def __init__(self, n: int, plan: RankPlan, rank: int, *, shuffle: bool, seed: int, epoch: int) -> None:
+    def __init__(
+        self, n: int, plan: RankPlan, rank: int, *, shuffle: bool, seed: int, epoch: int, group: int | None = None
+    ) -> None:
         self.n, self.plan, self.rank = n, plan, rank
-        self.perm = FeistelPermutation(n, seed=seed, epoch=epoch) if shuffle else None
+        self.perm: Any = None
+        if shuffle:
+            self.perm = (
+                FeistelPermutation(n, seed=seed, epoch=epoch)
+                if group is None
+                else GroupedPermutation(n, group, seed=seed, epoch=epoch)
+            )
 
     def windows(self, ts: np.ndarray) -> np.ndarray:
         """Window indices of this rank's full batches ``ts``: (K, B)."""
@@ -176,15 +198,17 @@ class _Epoch:
 class _MixtureEpoch(_Epoch):
     """Epoch ``e`` of a mixture for one rank: global steps ``[e*S, (e+1)*S)`` of the never-ending order."""
 
-    def __init__(self, dataset: MixtureWindows, plan: RankPlan, rank: int, *, shuffle: bool, seed: int, epoch: int):
+    def __init__(
+        self, dataset: MixtureWindows, plan: RankPlan, rank: int, *, shuffle: bool, seed: int, epoch: int, group=None
+    ):
         self.n, self.plan, self.rank, self.perm = plan.windows, plan, rank, None
-        self.dataset, self.shuffle, self.seed = dataset, shuffle, seed
+        self.dataset, self.shuffle, self.seed, self.group = dataset, shuffle, seed, group
         self.first = epoch * plan.windows  # the epoch's first slot (plan.windows = S * G, no tail)
 
     def windows(self, ts: np.ndarray) -> np.ndarray:
         """Coded windows (`MixtureWindows.codes`) of this rank's batches ``ts``: (K, B)."""
         slots = self.first + super().windows(ts)  # (K, B) slots of the global order
-        return self.dataset.codes(slots, shuffle=self.shuffle, seed=self.seed)
+        return self.dataset.codes(slots, shuffle=self.shuffle, seed=self.seed, group=self.group)
 
 
 class _BufferPool:
@@ -229,6 +253,8 @@ class _RankBatches(torch.utils.data.IterableDataset):
         # tokens), then handed out as contiguous slices of the chunk. Not in workers: a slice sent
         # to the main process would carry its whole chunk through shared memory.
         per_chunk = max(1, _CHUNK_TOKENS // (b * self.dataset.max_length)) if info is None else 1
+        if getattr(self.dataset, "streamed", False):  # remote blocks are pinned per gather: one batch's at a time
+            per_chunk = 1
         # The permutation is evaluated for blocks of positions, small at first (the first batch comes
         # at once) and doubling up to _PERM_POSITIONS (amortising numpy's per-call overhead).
         pool = _BufferPool() if info is None else None
@@ -237,10 +263,26 @@ class _RankBatches(torch.utils.data.IterableDataset):
         # Document metadata is laid out for up to _LAYOUT_BATCHES batches at once (numpy's per-call costs spread
         # over them), their tokens still gathered per_chunk batches at a time.
         per_call = per_chunk if self.output != "documents" else max(per_chunk, _LAYOUT_BATCHES // per_chunk * per_chunk)
+        if getattr(self.dataset, "streamed", False):
+            per_call = per_chunk  # one batch's remote blocks pinned at a time
+        order = streaming.follow(self.dataset, self.epoch, ts, workers=nw if info else 0)  # remote sources only
+        try:
+            yield from self._blocks(ts, (step, most, per_chunk, per_call), pool, order)
+        finally:
+            if order is not None:
+                order.close()
+
+    def _blocks(
+        self, ts: range, sizes: tuple[int, int, int, int], pool: _BufferPool | None, order: streaming.Follow | None
+    ) -> Iterator[Any]:
+        """The batches ``ts``: ``sizes`` = (batches per block of positions, most per block, per chunk, per call)."""
+        step, most, per_chunk, per_call = sizes
         while len(ts):
             head, ts, step = ts[:step], ts[step:], min(2 * step, most)
             for block in self.epoch.chunks(head, len(head)):  # (K', B); the shorter last batch apart
                 for i in range(0, len(block), per_call):
+                    if order is not None:  # the remote caches learn what comes next, and fetch ahead
+                        order.at(head[i] if i < len(head) else head[-1])
                     yield from self._batches(block[i : i + per_call], pool, per_chunk)  # (K, B) windows
 
     def _batches(self, ks: np.ndarray, pool: _BufferPool | None, per_chunk: int) -> Iterator[Any]:
@@ -328,11 +370,12 @@ class WindowLoader:
             self._iter_id += 1  # an iterator of the previous epoch no longer updates the state
 
     def _epoch_arith(self) -> _Epoch:
+        shuffle, seed, epoch, group = self.shuffle, self.seed, self._epoch, self.config.shuffle_group
         if isinstance(self.dataset, MixtureWindows):
             return _MixtureEpoch(
-                self.dataset, self.plan, self.rank, shuffle=self.shuffle, seed=self.seed, epoch=self._epoch
+                self.dataset, self.plan, self.rank, shuffle=shuffle, seed=seed, epoch=epoch, group=group
             )
-        return _Epoch(len(self.dataset), self.plan, self.rank, shuffle=self.shuffle, seed=self.seed, epoch=self._epoch)
+        return _Epoch(len(self.dataset), self.plan, self.rank, shuffle=shuffle, seed=seed, epoch=epoch, group=group)
 
     def __iter__(self) -> Iterator[Any]:
         self.dataset.check_unchanged()  # each epoch: the folder it opened, not one prepared again since
@@ -384,6 +427,7 @@ class WindowLoader:
             "shuffle": self.shuffle,
             "seed": self.seed,
             "drop_last": self.drop_last,
+            "shuffle_group": self.config.shuffle_group,
             "world_size": self.world_size,
             **(ds.state_entries() if isinstance(ds, MixtureWindows) else {}),
             "global_batch_size": self.global_batch_size,
@@ -522,6 +566,15 @@ def _per_rank_batch(batch_size, global_batch_size, rank, world_size) -> int:
     return g // w
 
 
+def _refuse_remote_options(remote: dict[str, Any]) -> None:
+    given = [k for k, v in remote.items() if v is not None]
+    if given:
+        raise ValueError(
+            f"{', '.join(given)} for a Mixture go to the Mixture itself: Mixture(sources, {given[0]}=...), "
+            "so that it can read its remote sources' manifests"
+        )
+
+
 def create_dataloader(
     source: WindowSource | SlidingWindowDataset,
     *,
@@ -541,10 +594,15 @@ def create_dataloader(
     prefetch_factor: int | None = None,
     multiprocessing_context: str | None = None,
     global_batch_size: int | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    cache_bytes: int | str | None = None,
+    shuffle_group: int | None = None,
     output: str = "pairs",
     return_documents: bool = False,
     max_documents: int | None = None,
     packing: str | None = None,
+    materialize: bool = False,
 ) -> WindowLoader:
     """Batches of the chapter's windows from a shard folder, a token array or a text, at memory speed.
 
@@ -565,6 +623,11 @@ def create_dataloader(
         pin_memory, prefetch_factor, multiprocessing_context: passed to the workers' DataLoader.
         global_batch_size: windows per step over all ranks (``G``); ``batch_size`` is then ``G / world_size``.
             A state saved at one world size resumes at another with the same ``G`` (see the module's notes).
+        storage_options, cache_dir, cache_bytes: for a remote shard folder (a URL) or a mixture's remote
+            sources: see `SlidingWindowDataset`. The loader tells the cache its order: blocks are fetched ahead
+            of use and evicted by Belady's rule (`tokembed.data.streaming`).
+        shuffle_group: the locality option (see `LoaderConfig`): groups of this many consecutive windows in a
+            random order, each group's windows shuffled; every epoch is still a permutation of all windows.
         output: ``"pairs"`` (default), ``"rows"`` (one (B, T+1) tensor) or ``"documents"`` (a `DocumentBatch`
             with ``position_ids``, ``cu_seqlens``, ``max_seqlen``, ``doc_lens``); see `LoaderConfig`.
         return_documents: ``True`` is ``output="documents"``.
@@ -572,6 +635,8 @@ def create_dataloader(
         packing: pack whole documents into windows instead of sliding over the stream: ``"best-fit"``
             (best-fit decreasing; ``"first-fit"`` is the baseline). Documents longer than ``max_length`` are cut
             at window boundaries; targets are -100 where nothing is predicted. See `tokembed.data.packing`.
+        materialize: with ``packing`` over a shard folder, write the packed windows once into the cache and read
+            them as rows (the speed of sliding windows; as much disk as the split): see `PackedWindows`.
 
     Returns:
         A `WindowLoader`: iterate for ``(inputs, targets)``, int64 (B, T) each (or what ``output`` asks for);
@@ -600,6 +665,7 @@ def create_dataloader(
         pin_memory=pin_memory,
         prefetch_factor=prefetch_factor,
         multiprocessing_context=multiprocessing_context,
+        shuffle_group=shuffle_group,
         output=output,
         max_documents=max_documents,
     )
@@ -607,7 +673,9 @@ def create_dataloader(
     options: dict[str, Any] = dict(
         max_length=max_length, stride=stride, within_documents=within_documents, split=split, verify=verify
     )
-    dataset = _dataset(source, packing=packing, **options)
+    remote = {"storage_options": storage_options, "cache_dir": cache_dir, "cache_bytes": cache_bytes}
+    materialize = check_bool("materialize", materialize)
+    dataset = _dataset(source, packing=packing, materialize=materialize, remote=remote, **options)
     return WindowLoader(dataset, config, rank=rank, world_size=world_size)
 
 
@@ -620,15 +688,23 @@ def _dataset(
     split: str | None,
     verify: bool,
     packing: str | None,
+    materialize: bool,
+    remote: dict[str, Any],
 ) -> SlidingWindowDataset:
-    """The windows `create_dataloader` reads: ``source`` itself when it is a dataset, else built from it."""
+    """The windows `create_dataloader` reads: ``source`` itself when it is a dataset, else built from it (``remote``:
+    storage_options, cache_dir, cache_bytes, for a URL)."""
     if isinstance(source, SlidingWindowDataset):
-        for name, value in (("max_length", max_length), ("stride", stride), ("packing", packing)):
+        for name, value in (
+            ("max_length", max_length),
+            ("stride", stride),
+            ("packing", packing),
+            ("materialize", materialize or None),
+        ):
             if value is not None and value != getattr(source, name, None):
                 raise ValueError(
                     f"{name}={value!r} differs from the dataset's {name}={getattr(source, name, None)!r}; leave it out or build the dataset with it"
                 )
-        given = {"within_documents": within_documents, "split": split, "verify": verify}
+        given = {"within_documents": within_documents, "split": split, "verify": verify, **remote}
         if any(v not in (None, False) for v in given.values()):
             raise ValueError(
                 f"{', '.join(f'{k}={v!r}' for k, v in given.items() if v not in (None, False))} applies when "
@@ -640,9 +716,19 @@ def _dataset(
     options: dict[str, Any] = dict(
         max_length=max_length, stride=stride, within_documents=within_documents, split=split, verify=verify
     )
-    if packing is None:
-        return SlidingWindowDataset(source, **options)
     variant = getattr(source, "window_dataset_class", None)
+    if variant is not None:  # a Mixture carries its own remote options
+        _refuse_remote_options(remote)
+    if packing is None:
+        if materialize:
+            raise ValueError(
+                "materialize=True applies with packing (it stores packed windows); give packing= or leave it out"
+            )
+        return SlidingWindowDataset(source, **options, **({} if variant is not None else remote))
     if variant is not None:  # a Mixture: each source packed (MixtureWindows)
+        if materialize:
+            raise ValueError(
+                "materialize=True is not available for a mixture yet; leave it out (packing works without it)"
+            )
         return variant()(source, packing=packing, **options)
-    return PackedWindows(source, packing=packing, **options)
+    return PackedWindows(source, packing=packing, materialize=materialize, **options, **remote)

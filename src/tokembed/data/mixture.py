@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,6 @@ from typing import Any
 import numpy as np
 
 from tokembed._checks import check_int
-from tokembed._paths import local_path
 from tokembed.data.schedule import PERIOD_MAX, Phase, QuotaSchedule, quota_period, quota_table
 
 __all__ = [
@@ -80,21 +79,50 @@ def parse_source(text: str) -> tuple[str, float]:
     return path, value
 
 
-def source_tokenizer(path: Path):
-    """The `TokenizerIdentity` a source records (its manifest's; a Megatron export's sidecar), or None."""
+def source_tokenizer(path: Path | str, remote: Any = None):
+    """The `TokenizerIdentity` a source records (its manifest's; a Megatron export's sidecar), or None.
+
+    A URL's manifest is fetched with the `tokembed.storage.options.RemoteOptions` ``remote``."""
     from tokembed.shards import megatron
-    from tokembed.shards.format import read_manifest
+    from tokembed.shards.format import checked_manifest, read_manifest
     from tokembed.tokenizer.registry import identity_from_manifest
 
-    entry = megatron.recorded_tokenizer(path) if megatron.is_megatron_prefix(path) else read_manifest(path)["tokenizer"]
+    if isinstance(path, str):  # a URL
+        from tokembed.shards.remote import fetch_manifest
+        from tokembed.storage.stores import open_store
+
+        store = open_store(path, None if remote is None else remote.storage_options)
+        entry = checked_manifest(fetch_manifest(store), store.where())["tokenizer"]
+    elif megatron.is_megatron_prefix(path):
+        entry = megatron.recorded_tokenizer(path)
+    else:
+        entry = read_manifest(path)["tokenizer"]
     return identity_from_manifest(entry) if entry else None
 
 
-def distinct_sources(paths: list[Path]) -> None:
-    """Refuse a source listed twice (under two spellings of one path, too)."""
-    seen: dict[Path, Path] = {}
+def _shown(p: Path | str) -> str:
+    """A source for messages and records: a URL without credentials (`tokembed.storage.urls.public_url`)."""
+    from tokembed.storage.urls import public_url
+
+    return public_url(p) if isinstance(p, str) else str(p)
+
+
+def _source_path(p: Any) -> Path | str:
+    """A source as given: a local `Path`, or a URL kept as text (``Path`` folds ``s3://`` to ``s3:/``)."""
+    from tokembed.storage.urls import as_url, is_url, local_path_of
+
+    text = os.fspath(p)
+    if is_url(text):
+        local = local_path_of(text)
+        return Path(local) if local is not None else as_url(text)
+    return Path(text)
+
+
+def distinct_sources(paths: Sequence[Path | str]) -> None:
+    """Refuse a source listed twice (under two spellings of one path, too; a URL as written)."""
+    seen: dict[Path | str, Path | str] = {}
     for p in paths:
-        key = p.resolve()
+        key = p if isinstance(p, str) else p.resolve()
         if key in seen:
             raise ValueError(
                 f"source {p} is listed twice (also as {seen[key]}); give each source once with its whole weight"
@@ -102,12 +130,12 @@ def distinct_sources(paths: list[Path]) -> None:
         seen[key] = p
 
 
-def common_tokenizer(paths: list[Path], labels: list[str] | None = None):
+def common_tokenizer(paths: Sequence[Path | str], labels: list[str] | None = None, remote: Any = None):
     """The `TokenizerIdentity` the sources share (None when none records one); ``labels`` (a phase each) go
-    into the message naming two sources tokenized differently."""
+    into the message naming two sources tokenized differently; ``remote``: see `source_tokenizer`."""
     first = None
     for i, p in enumerate(paths):
-        tok = source_tokenizer(p)
+        tok = source_tokenizer(p, remote)
         if tok is None:
             continue  # a Megatron dataset from elsewhere records no tokenizer
         named = f"{p}{f' ({labels[i]})' if labels else ''}"
@@ -131,9 +159,12 @@ class Mixture:
     out starts again in a fresh order of its own windows.
 
     Args:
-        sources: ``{path: weight}``, or ``(path, weight)`` pairs; a path is a shard folder or a
-            Megatron ``.bin``/``.idx`` prefix. Weights are numbers >= 0 with a positive sum.
+        sources: ``{path: weight}``, or ``(path, weight)`` pairs; a path is a shard folder (local, or a URL of
+            a remote one: local and remote mix freely) or a Megatron ``.bin``/``.idx`` prefix. Weights are
+            numbers >= 0 with a positive sum.
         seed: selects each source's orders (with the loader's seed), int >= 0.
+        storage_options, cache_dir, cache_bytes: for the remote sources (see `tokembed.storage.options`);
+            never part of `spec` or of a checkpoint.
 
     Attributes:
         paths: the sources, in the given order (source ``i``).
@@ -147,7 +178,18 @@ class Mixture:
             damaged source, or sources tokenized by different tokenizers (names both).
     """
 
-    def __init__(self, sources: Mapping[Any, Any] | Any, *, seed: int = 0) -> None:
+    def __init__(
+        self,
+        sources: Mapping[Any, Any] | Any,
+        *,
+        seed: int = 0,
+        storage_options: Mapping[str, Any] | None = None,
+        cache_dir: str | os.PathLike | None = None,
+        cache_bytes: int | str | None = None,
+    ) -> None:
+        from tokembed.storage.options import remote_options
+
+        self.remote = remote_options(storage_options=storage_options, cache_dir=cache_dir, cache_bytes=cache_bytes)
         pairs = list(sources.items()) if isinstance(sources, Mapping) else [tuple(p) for p in sources]
         if not pairs:
             raise ValueError(
@@ -156,26 +198,26 @@ class Mixture:
         if len(pairs) > 255:
             raise ValueError(f"a Mixture takes at most 255 sources, got {len(pairs)}; merge some folders first")
         self.seed = check_int("seed", seed, min=0)
-        self.paths = tuple(local_path(os.fspath(p), what="the mixture source") for p, _ in pairs)
+        self.paths = tuple(_source_path(p) for p, _ in pairs)
         raw = [check_weight(p, w) for p, w in pairs]
         self.given_weights = tuple(raw)
         distinct_sources(list(self.paths))
         q, period = quota_of(list(self.paths), raw)
         self.schedule = QuotaSchedule(tuple(q), period)
         self.weights = tuple(Fraction(qi, period) for qi in q)
-        self.tokenizer = common_tokenizer(list(self.paths))
+        self.tokenizer = common_tokenizer(list(self.paths), remote=self.remote)
 
     def __len__(self) -> int:
         return len(self.paths)
 
     def __repr__(self) -> str:
-        parts = ", ".join(f"{str(p)!r}: {float(w):.6g}" for p, w in zip(self.paths, self.weights))
+        parts = ", ".join(f"{_shown(p)!r}: {float(w):.6g}" for p, w in zip(self.paths, self.weights))
         return f"Mixture({{{parts}}}, seed={self.seed})"
 
     def to_dict(self) -> dict[str, Any]:
         """Plain values: the paths, the weights as ``"q/Q"`` strings, and the seed."""
         return {
-            "sources": [str(p) for p in self.paths],
+            "sources": [_shown(p) for p in self.paths],
             "weights": [f"{w.numerator}/{w.denominator}" for w in self.weights],
             "seed": self.seed,
         }
@@ -188,16 +230,19 @@ class Mixture:
 
     def spec(self) -> dict[str, Any]:
         """``{"sources": [[absolute path, weight as given], ...], "seed"}``: JSON, for configs and checkpoints."""
-        return {"sources": [[str(p.resolve()), w] for p, w in zip(self.paths, self.given_weights)], "seed": self.seed}
+        from tokembed.storage.urls import public_url
+
+        where = [public_url(p) if isinstance(p, str) else str(p.resolve()) for p in self.paths]  # no credentials
+        return {"sources": [[x, w] for x, w in zip(where, self.given_weights)], "seed": self.seed}
 
     @classmethod
-    def from_spec(cls, spec: Any) -> Mixture:
-        """The mixture `spec` describes (a checkpoint's ``data`` entry)."""
+    def from_spec(cls, spec: Any, **remote: Any) -> Mixture:
+        """The mixture `spec` describes (a checkpoint's ``data`` entry); ``remote``: `Mixture`'s storage options."""
         if not isinstance(spec, Mapping) or not isinstance(spec.get("sources"), (list, tuple)) or "seed" not in spec:
             raise ValueError(
                 f"{spec!r} does not describe a mixture; expected {{'sources': [[path, weight], ...], 'seed': 0}}"
             )
-        return cls([tuple(pair) for pair in spec["sources"]], seed=spec["seed"])
+        return cls([tuple(pair) for pair in spec["sources"]], seed=spec["seed"], **remote)
 
     # -- what the loader asks of a mixture (a `tokembed.PhasedMixture` answers the same) ----------------
 

@@ -26,7 +26,7 @@ import torch
 from tokembed.data.batch import DocumentBatch, DocumentLayout
 from tokembed.data.packed import PackedWindows
 from tokembed.data.schedule import RESUME_KEYS, check_resume, first_slot, sources_fingerprint
-from tokembed.data.shuffle import FeistelFamily, FeistelPermutation
+from tokembed.data.shuffle import FeistelFamily, FeistelPermutation, GroupedPermutation
 from tokembed.data.windows import SlidingWindowDataset
 
 __all__ = ["MixtureWindows"]
@@ -71,11 +71,12 @@ class MixtureWindows(SlidingWindowDataset):
             max_length=max_length, stride=stride, within_documents=within_documents, split=split, verify=verify
         )
         self.mixture, self.packing = mixture, packing
+        r = mixture.remote  # for the sources that are URLs
+        kw |= dict(storage_options=r.storage_options, cache_dir=r.cache_dir, cache_bytes=r.cache_bytes)
         if packing is None:
             self.sources = [SlidingWindowDataset(p, **kw) for p in mixture.paths]
         else:  # the schedule draws packed windows of each source, exactly as it draws sliding ones
-            kw = dict(max_length=max_length, stride=stride, within_documents=within_documents, split=split)
-            self.sources = [PackedWindows(p, packing=packing, verify=verify, **kw) for p in mixture.paths]
+            self.sources = [PackedWindows(p, packing=packing, **kw) for p in mixture.paths]
         first = self.sources[0]
         self.max_length, self.stride, self.within_documents = first.max_length, first.stride, first.within_documents
         self.source_kind = "mixture"
@@ -90,6 +91,7 @@ class MixtureWindows(SlidingWindowDataset):
         self._offsets = np.cumsum([0] + [s.n_tokens for s in self.sources], dtype=np.int64)  # (S+1,)
         self._fingerprint = None
         self._perms: dict[tuple[int, int, int], FeistelPermutation] = {}  # (source, epoch, seed)
+        self._grouped_perms: dict[tuple[int, int, int, int], GroupedPermutation] = {}  # (source, epoch, seed, group)
 
     def check_unchanged(self) -> None:
         for source in self.sources:
@@ -98,6 +100,7 @@ class MixtureWindows(SlidingWindowDataset):
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         state["_perms"] = {}
+        state["_grouped_perms"] = {}
         state.pop("_segs", None)  # memory maps: reopened in the receiving process
         state.pop("_doc_index", None)
         return state
@@ -126,22 +129,46 @@ class MixtureWindows(SlidingWindowDataset):
             perm = self._perms[key] = FeistelPermutation(int(self._sizes[source]), seed=sub, epoch=epoch)
         return perm
 
-    def codes(self, slots: np.ndarray, *, shuffle: bool = True, seed: int = 0) -> np.ndarray:
-        """The windows of global slots ``slots``, each coded ``window * S + source``: same shape, int64."""
+    def codes(self, slots: np.ndarray, *, shuffle: bool = True, seed: int = 0, group: int | None = None) -> np.ndarray:
+        """The windows of global slots ``slots``, each coded ``window * S + source``: same shape, int64.
+
+        With ``group`` (the loaders' ``shuffle_group``), each source's epoch visits groups of ``group`` windows in
+        a random order (`GroupedPermutation`) instead of all its windows at once."""
         slots = np.asarray(slots, dtype=np.int64)
         source, draw = self.schedule.draws(slots.ravel())  # (K,), (K,)
         epoch, pos = np.divmod(draw, self._sizes[source])
         if not shuffle:
             return (pos * len(self._sizes) + source).reshape(slots.shape)
+        if group is not None:
+            return (self._grouped(source, epoch, pos, seed, group) * len(self._sizes) + source).reshape(slots.shape)
         perms: list[FeistelPermutation] = []  # one permutation per (source, epoch) in the block
-        group = np.empty_like(pos)
+        which = np.empty_like(pos)  # the permutation of each position
         for s in np.flatnonzero(np.bincount(source, minlength=len(self._sizes))).tolist():
             sel = np.flatnonzero(source == s)
             first, last = int(epoch[sel].min()), int(epoch[sel].max())  # one or two epochs in a loader's block
-            group[sel] = len(perms) + epoch[sel] - first
+            which[sel] = len(perms) + epoch[sel] - first
             perms += [self._perm(s, e, seed) for e in range(first, last + 1)]
-        window = FeistelFamily(perms)(pos, group)
+        window = FeistelFamily(perms)(pos, which)
         return (window * len(self._sizes) + source).reshape(slots.shape)
+
+    def _grouped(self, source: np.ndarray, epoch: np.ndarray, pos: np.ndarray, seed: int, group: int) -> np.ndarray:
+        """Windows of ``pos`` in each (source, epoch)'s grouped order: (K,)."""
+        window = np.empty_like(pos)
+        for s in np.flatnonzero(np.bincount(source, minlength=len(self._sizes))).tolist():
+            for e in np.unique(epoch[source == s]).tolist():
+                sel = np.flatnonzero((source == s) & (epoch == e))
+                window[sel] = self._group_perm(s, e, seed, group)(pos[sel])
+        return window
+
+    def _group_perm(self, source: int, epoch: int, seed: int, group: int) -> GroupedPermutation:
+        key = (source, epoch, seed, group)
+        perm = self._grouped_perms.get(key)
+        if perm is None:
+            if len(self._grouped_perms) >= _PERMS_KEPT:
+                self._grouped_perms.clear()
+            sub = int(self._perm(source, epoch, seed).keys[0] >> np.uint64(1))  # the source's own key
+            perm = self._grouped_perms[key] = GroupedPermutation(int(self._sizes[source]), group, seed=sub, epoch=epoch)
+        return perm
 
     def sources_of(self, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(source, window)`` of coded windows (what `codes` returns)."""
@@ -194,6 +221,8 @@ class MixtureWindows(SlidingWindowDataset):
         return starts
 
     def _rows(self, starts: np.ndarray) -> np.ndarray:
+        if self.streamed:  # a remote source: each source gathers its own rows (its blocks pinned in the cache)
+            return self._rows_by_source(np.searchsorted(self._offsets, starts, side="right") - 1, starts)
         cum, flats = self._segments()
         w = self.max_length + 1
         seg = np.searchsorted(cum, starts, side="right") - 1  # (B,) the segment of each start
@@ -270,6 +299,31 @@ class MixtureWindows(SlidingWindowDataset):
             starts = np.concatenate([s.document_starts() + o for s, o in zip(self.sources, self._offsets.tolist())])
             self._doc_index = (os.getpid(), starts)
         return starts
+
+    @property
+    def streamed(self) -> bool:
+        """Whether any source is a remote folder (read in blocks through the cache)."""
+        return any(s.streamed for s in self.sources)
+
+    def block_reads(self, codes: np.ndarray) -> list[tuple[Any, np.ndarray, list[str], np.ndarray, np.ndarray]]:
+        """The blocks of remote sources that coded windows ``codes`` read (see `SlidingWindowDataset.block_reads`)."""
+        source, window = self.sources_of(np.asarray(codes, np.int64).ravel())
+        out = []
+        for s in np.flatnonzero(np.bincount(source, minlength=len(self.sources))).tolist():
+            sel = np.flatnonzero(source == s)
+            for ss, rows, keys, shard, block in self.sources[s].block_reads(window[sel]):
+                out.append((ss, sel[rows], keys, shard, block))
+        return out
+
+    def _rows_by_source(self, source: np.ndarray, starts: np.ndarray) -> np.ndarray:
+        """(B, T+1) rows, each source's windows gathered by that source: ``starts`` in the sources' joint stream."""
+        rows = np.empty(
+            (len(starts), self.max_length + 1), dtype=np.dtype(f"<u{max(s.dtype.itemsize for s in self.sources)}")
+        )
+        for s in np.flatnonzero(np.bincount(source, minlength=len(self.sources))).tolist():
+            sel = np.flatnonzero(source == s)
+            rows[sel] = self.sources[s].gather_rows(starts[sel] - self._offsets[s])
+        return rows
 
     def fingerprint(self) -> str:
         """A hash of the sources' data fingerprints (not of their paths, nor of the weights or seed)."""

@@ -21,8 +21,8 @@ and one per window (O(documents) memory, never O(tokens)); windows are numbered 
 first token, so an unshuffled epoch reads the corpus roughly front to back.
 
 Plans of shard folders are cached (`cached_plan`): one ``.npz`` per (data fingerprint, ``max_length``,
-packer) under ``$TOKEMBED_CACHE_DIR/packing`` (else ``$XDG_CACHE_HOME/tokembed``, else
-``~/.cache/tokembed``), written atomically; a folder prepared again has another fingerprint, hence another
+packer) under ``packing/`` of tokembed's cache folder (`tokembed.storage.options.default_cache_dir`:
+``$TOKEMBED_CACHE_DIR``, else ``$XDG_CACHE_HOME/tokembed``, else ``~/.cache/tokembed``), written atomically; a folder prepared again has another fingerprint, hence another
 file. A cache that cannot be read is planned again; one that cannot be written is skipped with a warning.
 """
 
@@ -43,6 +43,7 @@ import numpy as np
 
 from tokembed._atomic import atomic_open
 from tokembed._checks import check_positive_int
+from tokembed.storage.options import default_cache_dir  # one cache root for tokembed (remote blocks too)
 
 __all__ = [
     "PACKERS",
@@ -248,12 +249,13 @@ def plan_packing(doc_starts, n_tokens: int, *, max_length: int, packer: str = "b
 _ARRAYS = ("piece_start", "piece_len", "piece_last", "window_first")
 
 
-def default_cache_dir() -> Path:
-    """``$TOKEMBED_CACHE_DIR``, else ``$XDG_CACHE_HOME/tokembed``, else ``~/.cache/tokembed``."""
-    if os.environ.get("TOKEMBED_CACHE_DIR"):
-        return Path(os.environ["TOKEMBED_CACHE_DIR"])
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "tokembed"
+def plan_key(
+    fingerprint: str, n_tokens: int, *, max_length: int, packer: str, cache_dir: str | os.PathLike | None = None
+) -> tuple[str, Path]:
+    """``(key, stem)``: what a cached plan of these options records, and the cache path its files begin with."""
+    key = json.dumps([PLAN_FORMAT, fingerprint, int(n_tokens), int(max_length), packer])
+    name = hashlib.blake2b(key.encode(), digest_size=16).hexdigest()
+    return key, Path(default_cache_dir() if cache_dir is None else cache_dir) / "packing" / name
 
 
 def cached_plan(
@@ -277,9 +279,8 @@ def cached_plan(
         The `PackingPlan`, equal to ``plan_packing(doc_starts(), n_tokens, ...)``.
     """
     t, packer = check_positive_int("max_length", max_length), check_packer(packer)
-    key = json.dumps([PLAN_FORMAT, fingerprint, int(n_tokens), t, packer])
-    name = hashlib.blake2b(key.encode(), digest_size=16).hexdigest()
-    path = Path(default_cache_dir() if cache_dir is None else cache_dir) / "packing" / f"{name}.npz"
+    key, stem = plan_key(fingerprint, n_tokens, max_length=t, packer=packer, cache_dir=cache_dir)
+    path = stem.with_suffix(".npz")
     plan = _read_plan(path, key)
     if plan is not None:
         return plan

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["FeistelFamily", "FeistelPermutation"]
+__all__ = ["FeistelFamily", "FeistelPermutation", "GroupedPermutation"]
 
 
 # splitmix64's constants: a cheap, well-mixing 64-bit hash for the Feistel round function.
@@ -108,3 +108,64 @@ class FeistelFamily:
             x[idx] = self._network(x[idx], g[idx])
             out[idx] = x[idx] >= n[idx]
         return x.astype(np.int64).reshape(np.shape(positions))
+
+
+class GroupedPermutation:
+    """A permutation of ``[0, n)`` that keeps windows near each other in time: an order of groups, shuffled
+    windows within each group (the loaders' ``shuffle_group``, for remote folders read through a small cache).
+
+    The windows are cut into groups of ``group`` consecutive windows (the last group may be shorter). Positions
+    visit the groups in a keyed random order (a `FeistelPermutation` of the groups), and each group's windows in
+    a keyed random order of their own (one `FeistelPermutation` per group and epoch). It is a bijection of
+    ``[0, n)`` (every window once per epoch) computed by formula from ``(seed, epoch)``, so exact and elastic
+    resume hold as for the full shuffle. Consecutive windows share blocks of the token files, so a cache that
+    holds a group's blocks serves a whole group with one fetch per block.
+
+    Args:
+        n: windows in the epoch.
+        group: windows per group (>= 1). Memory is one int64 per group (the group order), so groups of
+            thousands of windows cost nothing; ``group=1`` is a full shuffle with an O(n) table.
+        seed, epoch: as for `FeistelPermutation`.
+    """
+
+    def __init__(self, n: int, group: int, *, seed: int, epoch: int) -> None:
+        if group < 1:
+            raise ValueError(f"shuffle_group must be >= 1 window, got {group}")
+        self.n, self.group = int(n), int(group)
+        self.n_groups = max(1, -(-self.n // self.group))
+        self.last = self.n - (self.n_groups - 1) * self.group  # windows of the last group (1..group)
+        self.seed, self.epoch = int(seed), int(epoch)
+        outer = FeistelPermutation(self.n_groups, seed=_subkey(seed, 0x67726F75), epoch=epoch)
+        self.order = outer(np.arange(self.n_groups, dtype=np.int64))  # (n_groups,) the group at each slot
+        self.short_slot = int(np.flatnonzero(self.order == self.n_groups - 1)[0])
+        self._inner: dict[int, FeistelPermutation] = {}
+
+    def _within(self, g: int) -> FeistelPermutation:
+        perm = self._inner.get(g)
+        if perm is None:
+            if len(self._inner) >= 4096:
+                self._inner.clear()
+            size = self.last if g == self.n_groups - 1 else self.group
+            perm = self._inner[g] = FeistelPermutation(size, seed=_subkey(self.seed, g + 1), epoch=self.epoch)
+        return perm
+
+    def __call__(self, positions: np.ndarray) -> np.ndarray:
+        p = np.asarray(positions, dtype=np.int64)
+        flat = p.ravel()
+        big, q, r = self.group, self.short_slot, self.last
+        start_short = q * big  # the positions of the short group (at its slot q) are [q*G, q*G + r)
+        after = np.maximum(flat - start_short - r, 0)
+        slot = np.where(flat < start_short, flat // big, np.where(flat < start_short + r, q, q + 1 + after // big))
+        off = np.where(
+            flat < start_short, flat % big, np.where(flat < start_short + r, flat - start_short, after % big)
+        )
+        groups = self.order[slot]
+        out = np.empty_like(flat)
+        for g in np.unique(groups).tolist():
+            sel = np.flatnonzero(groups == g)
+            out[sel] = g * big + self._within(g)(off[sel])
+        return out.reshape(p.shape)
+
+
+def _subkey(seed: int, word: int) -> int:
+    return int(np.random.SeedSequence([int(seed), int(word), 0x10CA1]).generate_state(1, dtype=np.uint64)[0] >> 1)

@@ -9,6 +9,7 @@ from tokembed._checks import check_int, check_positive_int
 from tokembed.data.plan import plan
 from tokembed.shards import megatron
 from tokembed.shards.format import read_manifest
+from tokembed.storage.urls import as_url, is_url, local_path_of, public_url
 
 __all__ = ["mixture_stats", "shard_stats"]
 
@@ -38,12 +39,16 @@ def shard_stats(
         "tokens", "chars", "text_bytes", "tokens_per_char", "tokens_per_byte", ...}], "dtype", "tokenizer"}``.
         Token counts per input exclude the ``<|endoftext|>`` separators; split totals include them.
     """
-    if megatron.is_megatron_prefix(root):
+    if is_url(root) and local_path_of(root) is None:  # a remote folder: its manifest says everything shown here
+        from tokembed.shards.remote import read_remote_manifest
+
+        manifest = read_remote_manifest(as_url(root))
+    elif megatron.is_megatron_prefix(root):
         manifest = _megatron_manifest(root)
     else:
-        manifest = read_manifest(root)
+        manifest = read_manifest(local_path_of(root) or root)
     out: dict[str, Any] = {
-        "root": str(root),
+        "root": public_url(as_url(root)) if is_url(root) else str(root),
         "format": "megatron" if megatron.is_megatron_prefix(root) else "tokembed-shards",
         "tokenizer": manifest["tokenizer"].get("name"),
         "dtype": manifest["dtype"],

@@ -12,9 +12,9 @@ import hashlib
 import json
 import numbers
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol, TypeAlias, TypeGuard
+from typing import Any, Protocol, TypeAlias, TypeGuard, cast
 
 import numpy as np
 import torch
@@ -26,6 +26,7 @@ from tokembed.data.plan import window_count
 from tokembed.shards import format as shard_format
 from tokembed.shards import reader as shard_reader
 from tokembed.shards.megatron import is_megatron_prefix
+from tokembed.storage.urls import is_url
 from tokembed.tokenizer import ENDOFTEXT, TokenizerLike, get_tokenizer
 from tokembed.tokenizer.gpt2 import GPT2_EOT
 
@@ -138,10 +139,10 @@ _PATH_SUFFIXES = (".bin", ".idx", ".json", ".jsonl", ".txt", ".md", ".npy", ".gz
 
 
 def _names_shards(source: object) -> TypeGuard[str]:
-    """A str naming an existing shard folder or Megatron prefix (any other str is a text)."""
+    """A str naming an existing shard folder, a Megatron prefix or a URL (any other str is a text)."""
     if not isinstance(source, str) or len(source) >= 4096 or "\n" in source:
         return False
-    return os.path.isdir(source) or is_megatron_prefix(source)
+    return is_url(source) or os.path.isdir(source) or is_megatron_prefix(source)
 
 
 def _refuse_path_like(source: str) -> None:
@@ -210,7 +211,7 @@ class SlidingWindowDataset(Dataset):
       ``max_length + 1`` give none. ``dropped_tokens`` counts what no window reads.
 
     Args:
-        source: a shard folder (``pathlib.Path``, a ``str`` naming an existing folder, or a
+        source: a shard folder (``pathlib.Path``, a ``str`` naming an existing folder or a URL, or a
             ``tokembed.shards.reader.ShardSet``), a Megatron dataset prefix (``out/prefix`` of
             ``out/prefix.bin``/``.idx``), a `tokembed.Mixture` of those, a 1-D integer token array
             (numpy, torch or a list), or a text (any other ``str``; encoded once with GPT-2's tokenizer
@@ -227,6 +228,9 @@ class SlidingWindowDataset(Dataset):
             or the tokenizer's for a text).
         tokenizer: the tokenizer for a text source (default GPT-2's).
         text: a text to read windows from (instead of ``source``), whatever it looks like.
+        storage_options, cache_dir, cache_bytes: for a remote shard folder (a URL: ``s3://bucket/prefix``,
+            ``gs://``, ``az://``, ``hf://``, ``https://``): the storage library's options, the block cache's
+            folder and bound (see `tokembed.storage.options`; defaults from the environment).
 
     Options that do not apply to the source (``split``/``verify`` for arrays and texts, ``eot_token``
     for shards, ``tokenizer`` for shards and arrays) are errors; booleans must be ``True``/``False``.
@@ -260,6 +264,9 @@ class SlidingWindowDataset(Dataset):
         eot_token: int | None = None,
         tokenizer: TokenizerLike | None = None,
         text: str | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+        cache_dir: str | os.PathLike | None = None,
+        cache_bytes: int | str | None = None,
     ) -> None:
         self.max_length = check_positive_int("max_length", max_length)
         self.stride = self.max_length if stride is None else check_positive_int("stride", stride)
@@ -274,7 +281,8 @@ class SlidingWindowDataset(Dataset):
             )
         if text is not None and not isinstance(text, str):
             raise TypeError(f"text must be a str, got {type(text).__name__}")
-        self._open(source, text, split=split, verify=verify, eot_token=eot_token, tokenizer=tokenizer)
+        remote = {"storage_options": storage_options, "cache_dir": cache_dir, "cache_bytes": cache_bytes}
+        self._open(source, text, split=split, verify=verify, eot_token=eot_token, tokenizer=tokenizer, remote=remote)
         self._plan_windows()
 
     # -- construction ------------------------------------------------------------------------------
@@ -288,11 +296,13 @@ class SlidingWindowDataset(Dataset):
         verify: bool,
         eot_token: int | None,
         tokenizer: TokenizerLike | None,
+        remote: dict[str, Any],
     ) -> None:
         if text is None and (isinstance(source, (shard_reader.ShardSet, os.PathLike)) or _names_shards(source)):
             _refuse("a shard folder", eot_token=eot_token, tokenizer=tokenizer)
-            self._open_shards(source, split=split, verify=verify)
+            self._open_shards(source, split=split, verify=verify, remote=remote)
             return
+        _refuse("an array or a text (they are read from memory)", **remote)
         if text is None and isinstance(source, str):
             _refuse_path_like(source)
             text = source
@@ -318,7 +328,12 @@ class SlidingWindowDataset(Dataset):
         self._doc_starts_fn = self._array_doc_starts
 
     def _open_shards(
-        self, source: str | os.PathLike[str] | shard_reader.ShardSet, *, split: str | None, verify: bool
+        self,
+        source: str | os.PathLike[str] | shard_reader.ShardSet,
+        *,
+        split: str | None,
+        verify: bool,
+        remote: dict[str, Any],
     ) -> None:
         if isinstance(source, shard_reader.ShardSet):
             if verify or (split is not None and split != source.split):
@@ -328,7 +343,8 @@ class SlidingWindowDataset(Dataset):
                 )
             ss = source
         else:
-            ss = shard_reader.open_shards(Path(source), split="train" if split is None else split, verify=verify)
+            where = source if is_url(source) else Path(source)  # Path() would fold a URL's "//"
+            ss = shard_reader.open_shards(where, split="train" if split is None else split, verify=verify, **remote)
         self._shards = ss
         self.source_kind = "shards"
         self.n_tokens = ss.n_tokens
@@ -484,6 +500,8 @@ class SlidingWindowDataset(Dataset):
     def row_pieces(self, starts: np.ndarray) -> list[np.ndarray]:
         """Tokens ``[start, start + max_length + 1)`` of each start, one 1-D array each: views, but for
         the few windows that straddle shards. A mixture concatenates the pieces of several sources at once."""
+        if self.streamed:
+            return list(self.gather_rows(starts))
         views = self._views()
         w = self.max_length + 1
         seg = np.searchsorted(self._cum, starts, side="right") - 1  # (B,) the segment holding each start
@@ -497,8 +515,24 @@ class SlidingWindowDataset(Dataset):
             for i, j, ok, a in zip(seg.tolist(), local.tolist(), inside.tolist(), starts.tolist())
         ]
 
+    @property
+    def streamed(self) -> bool:
+        """Whether the tokens come from a remote folder, in blocks through the cache (`RemoteShardSet`)."""
+        return bool(getattr(self._shards, "streamed", False))
+
+    def block_reads(self, k: np.ndarray) -> list[tuple[Any, np.ndarray, list[str], np.ndarray, np.ndarray]]:
+        """The blocks of remote folders that windows ``k`` read: per remote shard set, ``(set, window number,
+        file keys, shard, block)`` (see `RemoteShardSet.block_reads`); empty for local data."""
+        if not self.streamed:
+            return []
+        shards = cast(shard_reader.RemoteShardSet, self._shards)
+        rows, keys, shard, block = shards.block_reads(self._starts(np.asarray(k, np.int64)), self.max_length + 1)
+        return [(shards, rows, keys, shard, block)]
+
     def gather_rows(self, starts: np.ndarray) -> np.ndarray:
         """Tokens ``[start, start + max_length + 1)`` for each start: (B, T+1), in the source's dtype."""
+        if self.streamed:  # a remote folder: the batch's blocks are pinned in the cache for the gather
+            return cast(shard_reader.RemoteShardSet, self._shards).rows(starts, self.max_length + 1)
         views = self._views()
         if len(self._cum) == 2:  # one segment: a single fancy index
             return self._view(0, views)[starts]

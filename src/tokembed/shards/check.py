@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -12,11 +15,33 @@ import numpy as np
 from tokembed._atomic import interrupted_commit, is_temp_file
 from tokembed._lock import LOCK_NAME
 from tokembed._paths import local_path
-from tokembed.shards import megatron
-from tokembed.shards.format import INDEX_DTYPE, MANIFEST, ShardInfo, load_manifest, seal_problems, sha256_file
+from tokembed.shards import megatron, remote
+from tokembed.shards.format import (
+    BLOCK_BYTES,
+    INDEX_DTYPE,
+    MANIFEST,
+    ShardInfo,
+    file_digests,
+    load_manifest,
+    seal_problems,
+)
 from tokembed.shards.schema import MANIFEST_HASH, manifest_problems
+from tokembed.storage.options import remote_options
+from tokembed.storage.stores import open_store
+from tokembed.storage.urls import as_url, is_url, local_path_of, public_url
 
-__all__ = ["CheckReport", "check_report", "check_shards", "check_split", "manifest_sealed", "shard_file_problems"]
+Stage = Callable[[ShardInfo], AbstractContextManager[Path]]
+
+__all__ = [
+    "CheckReport",
+    "check_folder",
+    "check_remote",
+    "check_report",
+    "check_shards",
+    "check_split",
+    "manifest_sealed",
+    "shard_file_problems",
+]
 
 
 def shard_file_problems(root: Path, s: ShardInfo, itemsize: int) -> list[str]:
@@ -32,8 +57,14 @@ def shard_file_problems(root: Path, s: ShardInfo, itemsize: int) -> list[str]:
     return problems
 
 
-def check_split(root: Path, manifest: dict[str, Any], split: str, *, full: bool) -> list[str]:
-    """Problems of one split: totals, file sizes, and with ``full`` checksums and document boundaries."""
+def check_split(
+    root: Path, manifest: dict[str, Any], split: str, *, full: bool, stage: Stage | None = None
+) -> list[str]:
+    """Problems of one split: totals, file sizes, and with ``full`` checksums and document boundaries.
+
+    ``stage(shard)``, when given, is a context manager that yields a local folder holding that shard's two
+    files (a remote folder's check downloads them one shard at a time); else they are read in ``root``.
+    """
     entry = manifest["splits"][split]
     dtype = np.dtype("<u2") if manifest["dtype"] == "uint16" else np.dtype("<u4")
     try:
@@ -43,22 +74,27 @@ def check_split(root: Path, manifest: dict[str, Any], split: str, *, full: bool)
     problems = _total_problems(split, entry, shards)
     boundaries = _Boundaries(manifest["tokenizer"], dtype)
     for s in shards:
-        file_problems = shard_file_problems(root, s, dtype.itemsize)
-        problems += file_problems
-        if file_problems or not full:
-            boundaries.previous_ends = None
-            continue
-        sums = _checksum_problems(root, s)
-        problems += sums
-        if sums:
-            boundaries.previous_ends = None
-            continue
-        problems += boundaries.problems(root, s, first=s is shards[0])  # checksums match: is it a valid shard?
+        with stage(s) if stage is not None else contextlib.nullcontext(root) as where:
+            problems += _one_shard_problems(where, s, dtype, boundaries, full=full, first=s is shards[0])
     if full and boundaries.previous_ends is False and not problems:
         problems.append(
             f"split {split!r}: its last shard ends inside a document (no <|endoftext|>); a shard is missing at the end"
         )
     return problems
+
+
+def _one_shard_problems(
+    root: Path, s: ShardInfo, dtype: np.dtype, boundaries: _Boundaries, *, full: bool, first: bool
+) -> list[str]:
+    file_problems = shard_file_problems(root, s, dtype.itemsize)
+    if file_problems or not full:
+        boundaries.previous_ends = None
+        return file_problems
+    sums = _checksum_problems(root, s)
+    if sums:
+        boundaries.previous_ends = None
+        return sums
+    return boundaries.problems(root, s, first=first)  # checksums match: is it a valid shard?
 
 
 def _tokenizer_problems(entry: dict[str, Any] | None) -> list[str]:
@@ -89,11 +125,25 @@ def _total_problems(split: str, entry: dict[str, Any], shards: list[ShardInfo]) 
 
 
 def _checksum_problems(root: Path, s: ShardInfo) -> list[str]:
+    """The files' sha256 and, where the manifest records them, each block's (naming the block's bytes)."""
     problems = []
-    if sha256_file(root / s.tokens) != s.sha256:
-        problems.append(f"{s.tokens}: sha256 mismatch (the token file was modified or damaged)")
-    if sha256_file(root / s.index) != s.index_sha256:
-        problems.append(f"{s.index}: sha256 mismatch (the document index was modified or damaged)")
+    for rel, digest, blocks, what in (
+        (s.tokens, s.sha256, s.block_sha256, "the token file"),
+        (s.index, s.index_sha256, s.index_block_sha256, "the document index"),
+    ):
+        whole, got = file_digests(root / rel, s.block_bytes or BLOCK_BYTES)
+        bad = [i for i, (a, b) in enumerate(zip(got, blocks)) if a != b]
+        if blocks and len(got) != len(blocks):
+            bad.append(min(len(got), len(blocks)))
+        where = (
+            f"; block {bad[0]}, bytes {bad[0] * s.block_bytes}-{(bad[0] + 1) * s.block_bytes - 1}, differs"
+            if bad
+            else ""
+        )
+        if whole != digest:
+            problems.append(f"{rel}: sha256 mismatch ({what} was modified or damaged{where})")
+        elif bad:  # the file is the one prepared: its block hashes in the manifest are wrong
+            problems.append(f"{rel}: the manifest's block sha256 do not match the file{where}")
     return problems
 
 
@@ -155,7 +205,9 @@ def check_shards(root: str | os.PathLike) -> list[str]:
         of a manifest that carries its ``manifest_sha256`` (a manifest without one, from a tokembed before
         it existed, is checked against the schema only: see `manifest_sealed`).
     """
-    root = local_path(root, what="the shard folder")  # a URL is a usage error, not a damaged folder
+    if is_url(root) and local_path_of(root) is None:
+        return check_remote(str(root))
+    root = local_path(local_path_of(root) or root, what="the shard folder")  # an unsupported URL: a usage error
     if megatron.is_megatron_prefix(root):
         return megatron.check_megatron(root)
     stage = interrupted_commit(root.parent, root.name)
@@ -165,16 +217,28 @@ def check_shards(root: str | os.PathLike) -> list[str]:
         manifest = load_manifest(root)
     except (FileNotFoundError, NotADirectoryError, ValueError) as e:
         return [str(e)]
+    return check_folder(root, manifest, strays=lambda listed: _stray_problems(root, manifest, listed))
+
+
+def check_folder(
+    root: str | os.PathLike,
+    manifest: dict[str, Any],
+    *,
+    strays: Callable[[set[str]], list[str]],
+    stage: Stage | None = None,
+) -> list[str]:
+    """`check_shards` once the manifest is loaded: ``strays(listed files)`` finds what the folder holds beyond
+    them, ``stage`` brings a shard's files to a local folder (see `check_split`)."""
     changed, malformed = seal_problems(root, manifest), manifest_problems(manifest)
     if malformed:
         return changed + malformed  # the files cannot be checked against a malformed manifest
     problems = changed + _tokenizer_problems(manifest["tokenizer"])
     listed: set[str] = set()
     for split in manifest["splits"]:
-        problems += check_split(root, manifest, split, full=True)
+        problems += check_split(Path(root), manifest, split, full=True, stage=stage)
         for d in manifest["splits"][split]["shards"]:
             listed.update((d["tokens"], d["index"]))
-    return problems + _input_count_problems(manifest) + _stray_problems(root, manifest, listed)
+    return problems + _input_count_problems(manifest) + strays(listed)
 
 
 def manifest_sealed(root: str | os.PathLike) -> bool:
@@ -219,17 +283,25 @@ def check_report(root: str | os.PathLike) -> CheckReport:
     """`check_shards`, and for a healthy folder the sizes of its splits and whether its manifest is sealed."""
     problems = check_shards(root)
     if problems:
-        return CheckReport(str(root), problems, {}, None)
+        return CheckReport(_shown(root), problems, {}, None)
     if megatron.is_megatron_prefix(root):  # one split of one shard, and no manifest to be sealed
         index = megatron.read_megatron_index(root)
         train = {"documents": len(index.doc_starts()), "tokens": int(index.lengths.sum()), "shards": 1}
-        return CheckReport(str(root), [], {"train": train}, None)
-    manifest = load_manifest(Path(root))
+        return CheckReport(_shown(root), [], {"train": train}, None)
+    if is_url(root) and local_path_of(root) is None:
+        manifest = remote.fetch_manifest(open_store(str(root), remote_options().storage_options))
+    else:
+        manifest = load_manifest(Path(local_path_of(root) or root))
     splits = {
         name: {"documents": s["documents"], "tokens": s["tokens"], "shards": len(s["shards"])}
         for name, s in manifest["splits"].items()
     }
-    return CheckReport(str(root), [], splits, MANIFEST_HASH in manifest)
+    return CheckReport(_shown(root), [], splits, MANIFEST_HASH in manifest)
+
+
+def _shown(root: str | os.PathLike) -> str:
+    """The folder as a report shows it: a URL without credentials or query (`tokembed.storage.urls.public_url`)."""
+    return public_url(as_url(root)) if is_url(root) else str(root)
 
 
 def _input_count_problems(manifest: dict[str, Any]) -> list[str]:
@@ -264,3 +336,23 @@ def _stray_problems(root: Path, manifest: dict[str, Any], listed: set[str]) -> l
                 if rel not in listed and not is_temp_file(p.name):
                     problems.append(f"{rel}: not listed in the manifest (a stray file from another run?)")
     return problems
+
+
+def check_remote(url: str, *, storage_options: Mapping[str, Any] | None = None) -> list[str]:
+    """`tokembed check` for a remote folder: the same checks, each shard downloaded once (not through the cache).
+
+    Returns:
+        One line per problem, naming the object (relative to ``url``); empty when the folder is healthy.
+    """
+    try:
+        store = open_store(url, remote_options(storage_options=storage_options).storage_options)
+        manifest = remote.fetch_manifest(store)
+        listing = store.listing()
+    except (FileNotFoundError, ValueError) as e:  # refused credentials are no damage: raised (exit 2)
+        return [str(e)]
+
+    def strays(listed: set[str]) -> list[str]:
+        extra = sorted(k for k in listing if k not in listed and k != MANIFEST)
+        return [f"{k}: not listed in the manifest (a stray object from another run?)" for k in extra]
+
+    return check_folder(store.where(), manifest, strays=strays, stage=remote.download_stage(store))

@@ -30,6 +30,7 @@ from tokembed._atomic import recover_staged, staged_files
 from tokembed._paths import inside, local_path, output_path, refuse_inside_checkpoint
 from tokembed.shards import megatron as mg
 from tokembed.shards.reader import ShardSet, open_shards
+from tokembed.storage.urls import as_url, is_url, local_path_of
 
 __all__ = ["EXPORT_SPLITS", "SHARD_EXPORT_FORMATS", "export_megatron", "export_nanogpt", "export_shards"]
 
@@ -64,14 +65,24 @@ def _write_tokens(ss: ShardSet, f, dtype: np.dtype, what: str) -> str:
     return h.hexdigest()
 
 
-def _input_files(root: Path) -> list[Path]:
-    """What an export reads: the shard folder, or a Megatron prefix's own files."""
+def _source(root: str | os.PathLike) -> Path | str:
+    """The shard folder to export: a local `Path` (a URL this command cannot read refused by `local_path`), or the
+    URL of a remote folder, kept as text (read through the block cache)."""
+    if is_url(root) and local_path_of(root) is None:
+        return as_url(root)
+    return local_path(local_path_of(root) or root, what="the shard folder")
+
+
+def _input_files(root: Path | str) -> list[Path]:
+    """What an export reads: the shard folder, or a Megatron prefix's own files (nothing local for a URL)."""
+    if isinstance(root, str):
+        return []
     if mg.is_megatron_prefix(root):
         return [mg.bin_path(root), mg.idx_path(root), Path(f"{root}{mg.SIDECAR}")]
     return [root]
 
 
-def _refuse_overlap(root: Path, p: Path) -> None:
+def _refuse_overlap(root: Path | str, p: Path) -> None:
     """Refuse an output ``p`` inside (or onto) the input ``root``, or inside a tokembed checkpoint."""
     for source in _input_files(root):
         if inside(p, source):
@@ -81,7 +92,7 @@ def _refuse_overlap(root: Path, p: Path) -> None:
     refuse_inside_checkpoint(p)
 
 
-def _check_out(root: Path, paths: Sequence[Path], overwrite: bool) -> None:
+def _check_out(root: Path | str, paths: Sequence[Path], overwrite: bool) -> None:
     """Refuse outputs that would overwrite the input, land in a checkpoint, or replace files without ``overwrite``."""
     for p in paths:
         _refuse_overlap(root, p)
@@ -89,23 +100,27 @@ def _check_out(root: Path, paths: Sequence[Path], overwrite: bool) -> None:
             raise IsADirectoryError(f"{p} is a directory; give another output name")
         if p.exists() and not overwrite:
             raise FileExistsError(
-                f"{p} already exists; choose another output or pass overwrite=True (--force) to replace it"
+                f"{p} already exists; choose another output or pass overwrite=True (--overwrite) to replace it"
             )
 
 
-def _split_names(root: Path, split: str) -> list[str]:
+def _split_names(root: Path | str, split: str) -> list[str]:
     if split not in EXPORT_SPLITS:
         raise ValueError(f"split must be one of {', '.join(EXPORT_SPLITS)}, got {split!r}")
     return ["train", "val"] if split == "all" else [split]
 
 
-def _open_split(root: Path, split: str, *, needed_by: str) -> ShardSet:
+def _open_split(root: Path | str, split: str, *, needed_by: str) -> ShardSet:
     """Open one split to export, refusing a missing or empty one by name (the trainers cannot read it)."""
     if mg.is_megatron_prefix(root) and split != "train":
         raise ValueError(
             f"{root} is a Megatron dataset: it has one split, read as 'train', and no {split!r}; export --split train"
         )
-    if not mg.is_megatron_prefix(root):
+    if isinstance(root, str):  # a URL
+        from tokembed.shards.remote import read_remote_manifest
+
+        splits = read_remote_manifest(root)["splits"]
+    elif not mg.is_megatron_prefix(root):
         from tokembed.shards.format import read_manifest
 
         splits = read_manifest(root)["splits"]
@@ -134,7 +149,7 @@ def export_nanogpt(
     stream (every document is its tokens and one ``<|endoftext|>``), so it is copied as it is.
 
     Args:
-        root: a shard folder (or a Megatron prefix, with ``split="train"``).
+        root: a shard folder, local or a URL (or a Megatron prefix, with ``split="train"``).
         out: the folder for ``train.bin``, ``val.bin`` and ``meta.pkl``.
         split: ``"all"`` (train.bin and val.bin: what nanoGPT's train.py reads), ``"train"`` or ``"val"``.
         overwrite: replace an existing export (its other split's file too, so none of two exports are mixed).
@@ -147,15 +162,15 @@ def export_nanogpt(
             its offset; an output inside the input or a checkpoint.
         FileExistsError: an output exists and ``overwrite`` is False.
     """
-    root, out = local_path(root, what="the shard folder"), output_path(out, what="the output folder")
-    names = _split_names(root, split)
-    _refuse_overlap(root, out)
+    src, out = _source(root), output_path(out, what="the output folder")
+    names = _split_names(src, split)
+    _refuse_overlap(src, out)
     if out.exists() and not out.is_dir():
         raise NotADirectoryError(f"{out} is a file; the nanoGPT export is a folder (train.bin, val.bin, meta.pkl)")
-    sets = {s: _open_split(root, s, needed_by="nanoGPT's train.py reads train.bin and val.bin") for s in names}
+    sets = {s: _open_split(src, s, needed_by="nanoGPT's train.py reads train.bin and val.bin") for s in names}
     targets = [out / n for n in NANOGPT_FILES if n == "meta.pkl" or n[: -len(".bin")] in names]
     recovered = recover_staged(out, "nanogpt")  # an export killed in its renames: finished first
-    _check_out(root, targets, overwrite or recovered)
+    _check_out(src, targets, overwrite or recovered)
     made = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     files: dict[str, Any] = {}
@@ -230,28 +245,28 @@ def export_megatron(
             an output inside the input or a checkpoint.
         FileExistsError: ``PREFIX.bin``/``.idx`` exist and ``overwrite`` is False.
     """
-    root, prefix = local_path(root, what="the shard folder"), output_path(prefix, what="the output prefix")
-    names = _split_names(root, split)
-    _refuse_overlap(root, prefix)
+    src, prefix = _source(root), output_path(prefix, what="the output prefix")
+    names = _split_names(src, split)
+    _refuse_overlap(src, prefix)
     if split == "all":
         parts = {s: Path(f"{prefix}_{s}") for s in names}
-        sets = {s: _open_split(root, s, needed_by="--split all exports both") for s in names}
+        sets = {s: _open_split(src, s, needed_by="--split all exports both") for s in names}
         for s in names:
-            _check_megatron_out(root, parts[s], overwrite)
-        splits = {s: _write_megatron(root, sets[s], parts[s]) for s in names}
+            _check_megatron_out(src, parts[s], overwrite)
+        splits = {s: _write_megatron(src, sets[s], parts[s]) for s in names}
         return {"format": "megatron", "splits": splits}
-    ss = _open_split(root, split, needed_by="Megatron reads no empty dataset")
-    _check_megatron_out(root, prefix, overwrite)
-    return _write_megatron(root, ss, prefix)
+    ss = _open_split(src, split, needed_by="Megatron reads no empty dataset")
+    _check_megatron_out(src, prefix, overwrite)
+    return _write_megatron(src, ss, prefix)
 
 
-def _check_megatron_out(root: Path, prefix: Path, overwrite: bool) -> None:
+def _check_megatron_out(root: Path | str, prefix: Path, overwrite: bool) -> None:
     _refuse_overlap(root, prefix)
     recovered = recover_staged(prefix.parent, prefix.name)  # an export killed in its renames: finished first
     _check_out(root, [mg.idx_path(prefix), mg.bin_path(prefix), Path(f"{prefix}{mg.SIDECAR}")], overwrite or recovered)
 
 
-def _write_megatron(root: Path, ss: ShardSet, prefix: Path) -> dict[str, Any]:
+def _write_megatron(root: Path | str, ss: ShardSet, prefix: Path) -> dict[str, Any]:
     dtype = megatron_dtype(ss)
     index = _megatron_index(ss, dtype)  # O(documents): built before any file is touched
     ipath, bpath, side = mg.idx_path(prefix), mg.bin_path(prefix), Path(f"{prefix}{mg.SIDECAR}")

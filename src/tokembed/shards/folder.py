@@ -20,7 +20,17 @@ from tokembed._atomic import atomic_write, atomic_write_json, fsync_dir, is_temp
 from tokembed._lock import LOCK_NAME
 from tokembed.shards.check import shard_file_problems
 from tokembed.shards.config import PrepareConfig
-from tokembed.shards.format import FORMAT, INDEX_DTYPE, MANIFEST, VERSION, ShardInfo, dtype_for_vocab, sha256_file
+from tokembed.shards.format import (
+    BLOCK_BYTES,
+    FORMAT,
+    INDEX_DTYPE,
+    MANIFEST,
+    VERSION,
+    ShardInfo,
+    block_digests,
+    dtype_for_vocab,
+    sha256_file,
+)
 from tokembed.shards.formats import InputFile, InputFormat, get_format
 from tokembed.shards.units import FILE_STATS, SPLITS
 
@@ -332,6 +342,9 @@ def write_unit(out: Path, result: dict[str, Any], dtype: np.dtype) -> dict[str, 
             bytes=len(r["tokens"]) * dtype.itemsize,
             sha256=r["sha256"],
             index_sha256=r["index_sha256"],
+            block_bytes=BLOCK_BYTES,  # what a remote reader checks each block it fetches against
+            block_sha256=tuple(block_digests(r["tokens"])),
+            index_block_sha256=tuple(block_digests(r["index"])),
         ).to_dict()
     remove_unit_files(out, uid, keep=record["splits"])  # an earlier run on other input may have filled another split
     atomic_write_json(out / PARTS / f"{uid:05d}.json", record)  # last: the unit counts as done from here on

@@ -10,7 +10,9 @@ A shard folder ``DIR/`` holds, per split (``train``, ``val``):
   a shard whose index does not start at 0 begins with the rest of the previous shard's last document.
   Global offsets (`ShardSet.doc_starts`) are what readers use.
 - ``DIR/manifest.json``, written last and atomically: format version, tokenizer name and vocabulary hash,
-  dtype, and per shard its counts, byte size and sha256 checksums (see `ShardInfo`).
+  dtype, and per shard its counts, byte size and sha256 checksums (see `ShardInfo`), and the sha256 of each
+  ``BLOCK_BYTES`` block of both files (``"blocks"``: what a remote reader checks each block it fetches against;
+  folders written before it have none, and are fetched and checked whole).
 
 Shard numbers are the numbers of the work units that produced them (see `tokembed.shards.prepare`), so a split's
 shard list may skip numbers (a unit with no document for that split writes no file); the manifest is the
@@ -21,7 +23,6 @@ The reader is `tokembed.shards.reader`, the checker `tokembed.shards.check`.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import os
@@ -33,8 +34,10 @@ import numpy as np
 
 from tokembed._paths import local_path
 from tokembed.shards.schema import MANIFEST_HASH, manifest_digest, manifest_problems
+from tokembed.storage.cache import BLOCK_BYTES
 
 __all__ = [
+    "BLOCK_BYTES",
     "FORMAT",
     "INDEX_DTYPE",
     "MANIFEST",
@@ -42,8 +45,12 @@ __all__ = [
     "VERSION",
     "ShardInfo",
     "CHECK_HINT",
+    "block_digests",
+    "checked_manifest",
     "dtype_for_vocab",
+    "file_digests",
     "load_manifest",
+    "parse_manifest",
     "read_manifest",
     "seal_problems",
     "sha256_file",
@@ -77,6 +84,14 @@ class ShardInfo:
         bytes: size of the token file in bytes (``n_tokens * itemsize``).
         sha256: sha256 of the token file.
         index_sha256: sha256 of the index file.
+        block_bytes: the block size of ``block_sha256``/``index_block_sha256`` (0: none recorded, as in folders
+            written before blocks were).
+        block_sha256: sha256 of each ``block_bytes`` block of the token file (the last may be shorter; an
+            empty file has one empty block).
+        index_block_sha256: the same for the index file.
+
+    In the manifest the block hashes are one entry, ``"blocks": {"bytes", "tokens", "index"}``, which readers
+    that predate it ignore.
     """
 
     tokens: str
@@ -86,17 +101,39 @@ class ShardInfo:
     bytes: int
     sha256: str
     index_sha256: str
+    block_bytes: int = 0
+    block_sha256: tuple[str, ...] = ()
+    index_block_sha256: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        d: dict[str, Any] = {f: getattr(self, f) for f in _REQUIRED}
+        if self.block_bytes:
+            d["blocks"] = {
+                "bytes": self.block_bytes,
+                "tokens": list(self.block_sha256),
+                "index": list(self.index_block_sha256),
+            }
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ShardInfo:
-        names = [f.name for f in dataclasses.fields(cls)]
-        missing = [n for n in names if n not in d]
+        missing = [n for n in _REQUIRED if n not in d]
         if missing:
             raise ValueError(f"shard entry {d!r} lacks {', '.join(missing)}")
-        return cls(**{n: d[n] for n in names})
+        blocks = d.get("blocks") or {}
+        return cls(
+            **{n: d[n] for n in _REQUIRED},
+            block_bytes=int(blocks.get("bytes", 0)),
+            block_sha256=tuple(blocks.get("tokens", ())),
+            index_block_sha256=tuple(blocks.get("index", ())),
+        )
+
+    @property
+    def index_bytes(self) -> int:
+        return self.n_documents * INDEX_DTYPE.itemsize
+
+
+_REQUIRED = ("tokens", "index", "n_tokens", "n_documents", "bytes", "sha256", "index_sha256")
 
 
 # ----------------------------------------------------------------------------------------------- files
@@ -109,6 +146,25 @@ def sha256_file(path: str | os.PathLike, *, chunk: int = 1 << 22) -> str:
         while block := f.read(chunk):
             h.update(block)
     return h.hexdigest()
+
+
+def block_digests(data: bytes | memoryview | np.ndarray, block_bytes: int = BLOCK_BYTES) -> list[str]:
+    """sha256 of each ``block_bytes`` block of ``data`` (an array: its raw bytes); one empty block when empty."""
+    raw: Any = np.ascontiguousarray(data) if isinstance(data, np.ndarray) else data  # numpy arrays are buffers
+    view = memoryview(raw).cast("B")
+    if not len(view):
+        return [hashlib.sha256(b"").hexdigest()]
+    return [hashlib.sha256(view[i : i + block_bytes]).hexdigest() for i in range(0, len(view), block_bytes)]
+
+
+def file_digests(path: str | os.PathLike, block_bytes: int = BLOCK_BYTES) -> tuple[str, list[str]]:
+    """``(sha256 of the file, sha256 of each block)`` in one read (`block_digests`'s blocks)."""
+    whole, blocks = hashlib.sha256(), []
+    with open(path, "rb") as f:
+        while data := f.read(block_bytes):
+            whole.update(data)
+            blocks.append(hashlib.sha256(data).hexdigest())
+    return whole.hexdigest(), blocks or [hashlib.sha256(b"").hexdigest()]
 
 
 # ----------------------------------------------------------------------------------------------- manifest
@@ -133,8 +189,13 @@ def load_manifest(root: Path) -> dict[str, Any]:
         elif (root / ".parts").is_dir():
             hint = "; it looks like an unfinished `tokembed prepare`: rerun the same command to finish it"
         raise FileNotFoundError(f"{path} not found: {root} is not a finished shard folder{hint}")
+    return parse_manifest(path.read_bytes(), path=str(path), root=str(root))
+
+
+def parse_manifest(data: bytes, *, path: str, root: str) -> dict[str, Any]:
+    """Parse a manifest's bytes and check its format and version (``path`` and ``root`` name it in messages)."""
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
+        manifest = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
         raise ValueError(f"{path} is not valid JSON ({e}); {CHECK_HINT.format(root=root)}") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
@@ -149,11 +210,11 @@ def load_manifest(root: Path) -> dict[str, Any]:
     return manifest
 
 
-def seal_problems(root: Path, manifest: dict[str, Any]) -> list[str]:
+def seal_problems(root: str | os.PathLike, manifest: dict[str, Any]) -> list[str]:
     """A line when the manifest's content no longer matches its ``manifest_sha256`` (none without one)."""
     if MANIFEST_HASH in manifest and manifest[MANIFEST_HASH] != manifest_digest(manifest):
         return [
-            f"{root / MANIFEST}: its content does not match its {MANIFEST_HASH} (it was changed after prepare wrote it)"
+            f"{os.fspath(root).rstrip('/')}/{MANIFEST}: its content does not match its {MANIFEST_HASH} (it was changed after prepare wrote it)"
         ]
     return []
 
@@ -167,9 +228,14 @@ def read_manifest(root: str | os.PathLike) -> dict[str, Any]:
             malformed (the first problem is named), or changed since prepare wrote it.
     """
     root = Path(root)
-    manifest = load_manifest(root)
+    return checked_manifest(load_manifest(root), root)
+
+
+def checked_manifest(manifest: dict[str, Any], root: str | os.PathLike) -> dict[str, Any]:
+    """``manifest`` when its schema and seal hold, else a ValueError naming the first problem."""
     problems = manifest_problems(manifest) or seal_problems(root, manifest)
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise ValueError(f"{root / MANIFEST} is damaged: {problems[0]}{more}; {CHECK_HINT.format(root=root)}")
+        where = f"{os.fspath(root).rstrip('/')}/{MANIFEST}"
+        raise ValueError(f"{where} is damaged: {problems[0]}{more}; {CHECK_HINT.format(root=root)}")
     return manifest

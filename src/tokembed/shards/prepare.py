@@ -66,9 +66,11 @@ from tokembed.shards.folder import (
 from tokembed.shards.format import MANIFEST, ShardInfo
 from tokembed.shards.formats import check_inputs
 from tokembed.shards.progress import Progress
+from tokembed.shards.publish import staging_folder, upload_folder
 from tokembed.shards.schema import seal
 from tokembed.shards.sources import InputFile, find_inputs
 from tokembed.shards.units import Unit, iter_units, join_parts, trim_heap, unit_input_hash, unit_parts
+from tokembed.storage.urls import is_url, local_path_of, public_url
 
 __all__ = ["PrepareConfig", "PrepareResult", "merge_manifests", "prepare_corpus"]
 
@@ -182,8 +184,11 @@ def prepare_corpus(
     """Tokenize a corpus into a verified shard folder (see the module docstring for the plan).
 
     Args:
-        inputs: files, folders, globs, or ``"-"`` (standard input).
-        out: the shard folder to create or resume.
+        inputs: files, folders, globs, or ``"-"`` (standard input); each may be a URL (an object, a prefix or a
+            glob: ``s3://bucket/corpus/``), read by ranges through `tokembed.storage`.
+        out: the shard folder to create or resume; a URL (``s3://bucket/shards``) prepares into a staging folder
+            under the cache folder, then uploads it: verified, the manifest last, so that a folder without a
+            manifest is unfinished; a rerun after a crash keeps the uploaded objects whose sha256 match.
         config: the output-deciding options (`PrepareConfig`); or pass them as keywords
             (``val_fraction=0.01, field="content", ...``).
         workers: tokenizing processes; 0 = one per CPU available to this process (its affinity mask and cgroup
@@ -210,10 +215,18 @@ def prepare_corpus(
         FileExistsError: ``out`` is a file, or holds other shards or foreign files.
     """
     t0 = time.perf_counter()
+    if is_url(out) and local_path_of(out) is None:  # a bucket: prepared locally, verified, uploaded
+        if repair:
+            raise ValueError(
+                f"--repair checks a local folder's files; for {public_url(str(out))} run `tokembed check` on it, "
+                "then prepare again with --overwrite to upload every object anew"
+            )
+        kw = dict(config=config, workers=workers, engine=engine, ray_address=ray_address, progress=progress)
+        return _prepare_to_url(inputs, str(out), rank=rank, world_size=world_size, overwrite=overwrite, **kw, **options)
     config = _resolve_config(config, options)
     _check_run_options(engine=engine, workers=workers, rank=rank, world_size=world_size)
     check_number("ray_start_timeout", ray_start_timeout, min=0, min_open=True, noun="a number of seconds")
-    out = local_path(out, what="--out")
+    out = local_path(local_path_of(out) or out, what="--out")
     refuse_inside_checkpoint(out)
     files, skipped = find_inputs(inputs, format=config.format)
     check_inputs(files, config.field)  # e.g. a Parquet file without the text column fails before the folder is touched
@@ -236,6 +249,23 @@ def prepare_corpus(
         result = _prepare_locked(out, files, identity, config, dtype, engine, progress, **run_options)
     result.skipped_inputs = skipped
     result.seconds = time.perf_counter() - t0
+    return result
+
+
+def _prepare_to_url(inputs, url: str, *, rank: int, world_size: int, overwrite: bool, **kw: Any) -> PrepareResult:
+    """`prepare_corpus` with ``out`` a URL: prepare into a staging folder under the cache (a rerun resumes it),
+    upload it (`tokembed.shards.publish.upload_folder`: verified, manifest last, verified objects kept), then
+    remove the staging folder."""
+    if world_size > 1:
+        raise ValueError(
+            f"--out {public_url(url)} with --world-size {world_size}: prepare the ranks into a shared local folder, "
+            "merge it, then upload it with one `tokembed prepare` (or give each rank its own URL)"
+        )
+    staging = staging_folder(url)
+    result = prepare_corpus(inputs, staging, rank=rank, world_size=world_size, overwrite=overwrite, **kw)
+    upload_folder(staging, url, overwrite=overwrite)
+    shutil.rmtree(staging, ignore_errors=True)
+    result.out = url  # type: ignore[assignment]  # the folder is the remote one now
     return result
 
 

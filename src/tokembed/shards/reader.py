@@ -1,4 +1,6 @@
-"""Reading a shard folder (or a Megatron dataset): one split seen as a single token stream, opened lazily.
+"""Reading a shard folder (a local one, a remote one, or a Megatron dataset): one split seen as a single token
+stream, opened lazily. A remote folder (`RemoteShardSet`) is read in verified blocks through the machine's cache
+(`tokembed.shards.remote`, `tokembed.storage`).
 
 Readers keep only paths and metadata in picklable objects, so a `ShardSet` can cross process boundaries
 (DataLoader workers) without copying memory maps; each process maps the files it reads on first use.
@@ -13,7 +15,7 @@ keeps the old file whole (the writers replace files by rename): what a reader ha
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +23,35 @@ import numpy as np
 
 from tokembed._atomic import interrupted_commit
 from tokembed._paths import local_path
-from tokembed.shards import megatron
+from tokembed.shards import megatron, remote
 from tokembed.shards.check import check_split, shard_file_problems
-from tokembed.shards.format import CHECK_HINT, INDEX_DTYPE, MANIFEST, ShardInfo, read_manifest, sha256_file
+from tokembed.shards.format import (
+    CHECK_HINT,
+    INDEX_DTYPE,
+    MANIFEST,
+    ShardInfo,
+    checked_manifest,
+    read_manifest,
+    sha256_file,
+)
+from tokembed.shards.schema import MANIFEST_HASH, manifest_digest
+from tokembed.storage.cache import BlockSpec, FolderBlocks, Future, Pin
+from tokembed.storage.options import RemoteOptions, remote_options
+from tokembed.storage.stores import Store, open_store
+from tokembed.storage.urls import as_url, is_url, local_path_of
 from tokembed.tokenizer.base import TokenizerIdentity, TokenizerLike
 from tokembed.tokenizer.registry import identity_from_manifest
 
-__all__ = ["MegatronSplit", "ShardSet", "ShardsChangedError", "expect_tokenizer", "open_megatron", "open_shards"]
+__all__ = [
+    "MegatronSplit",
+    "RemoteShardSet",
+    "ShardSet",
+    "ShardsChangedError",
+    "expect_tokenizer",
+    "open_megatron",
+    "open_remote_shards",
+    "open_shards",
+]
 
 
 class ShardsChangedError(OSError):
@@ -161,10 +185,14 @@ class ShardSet:
         info = self.shards[i]
         idx = np.fromfile(self.root / info.index, dtype=INDEX_DTYPE, count=info.n_documents)
         self.check_unchanged()
+        return self._checked_index(idx, i)
+
+    def _checked_index(self, idx: np.ndarray, i: int) -> np.ndarray:
+        info = self.shards[i]
         # Cheap (O(documents)) and it keeps a damaged index from sending readers out of the shard.
         if len(idx) and (idx[0] < 0 or idx[-1] >= info.n_tokens or np.any(np.diff(idx) < 1)):
             raise ValueError(
-                f"{self.root / info.index} is damaged: its document starts are not strictly increasing within the "
+                f"{self.root}/{info.index} is damaged: its document starts are not strictly increasing within the "
                 f"shard's {info.n_tokens} tokens; {CHECK_HINT.format(root=self.root)}"
             )
         return idx
@@ -217,18 +245,31 @@ def expect_tokenizer(root: Path, recorded: TokenizerIdentity, tokenizer: Tokeniz
 
 
 def open_shards(
-    root: str | os.PathLike, *, split: str = "train", verify: bool = False, tokenizer: TokenizerLike | None = None
+    root: str | os.PathLike,
+    *,
+    split: str = "train",
+    verify: bool = False,
+    tokenizer: TokenizerLike | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    cache_bytes: int | str | None = None,
 ) -> ShardSet:
     """Open one split of a shard folder written by `tokembed prepare`, or a Megatron dataset.
 
     Args:
         root: the shard folder, or the prefix ``out/prefix`` of Megatron's ``out/prefix.bin`` +
-            ``out/prefix.idx`` (read as split ``"train"``, see `tokembed.shards.megatron`).
+            ``out/prefix.idx`` (read as split ``"train"``, see `tokembed.shards.megatron`). A URL
+            (``s3://bucket/prefix``, ``gs://``, ``az://``, ``hf://datasets/...``, ``https://``) opens a remote
+            folder, read in verified blocks through the machine's cache (`tokembed.shards.remote`);
+            ``file://`` names a local folder.
         split: which split to open (``"train"`` or ``"val"``).
         verify: also check every file's sha256 and the document index (reads the whole split once); for a
             Megatron prefix, the ``.bin``'s sha256 that tokembed's export recorded, the ids and the documents' ends.
             Without it, only the presence and size of each file are checked (cheap).
         tokenizer: the tokenizer (name, path or object) the caller expects; another one is an error.
+        storage_options, cache_dir, cache_bytes: for a remote folder: the storage library's options, the cache
+            folder and its bound (see `tokembed.storage.options`; defaults from the environment). Ignored for
+            a local folder.
 
     Raises:
         FileNotFoundError: no folder or no manifest.
@@ -236,6 +277,17 @@ def open_shards(
             damaged (the message names the shard and points at ``tokembed check DIR``), or data made with
             another tokenizer than ``tokenizer`` (names both).
     """
+    if is_url(root):
+        local = local_path_of(root)
+        if local is None:  # remote: read through the machine's block cache
+            return open_remote_shards(
+                as_url(root),
+                split=split,
+                verify=verify,
+                tokenizer=tokenizer,
+                options=remote_options(storage_options=storage_options, cache_dir=cache_dir, cache_bytes=cache_bytes),
+            )
+        root = local
     root = local_path(root, what="the shard folder")
     if megatron.is_megatron_prefix(root):
         problems = megatron.check_megatron(root) if verify else []
@@ -342,3 +394,221 @@ def open_megatron(prefix: str | os.PathLike, *, split: str = "train") -> Megatro
             "give the validation data as its own prefix"
         )
     return MegatronSplit(prefix, megatron.read_megatron_index(prefix), megatron.recorded(prefix))
+
+
+# ----------------------------------------------------------------------------------------------- remote folders
+
+
+class RemoteShardSet(ShardSet):
+    """One split of a remote shard folder (see the module's notes); picklable: each process opens the cache.
+
+    Attributes:
+        root: the folder's URL, without credentials (for messages).
+        store: the `tokembed.storage.stores.Store` it is read from.
+        version: the manifest's hash: the cache's key for this folder.
+    """
+
+    streamed = True
+
+    def __init__(
+        self,
+        url: str,
+        split: str,
+        manifest: dict[str, Any],
+        shards: list[ShardInfo],
+        *,
+        store: Store,
+        options: RemoteOptions,
+    ) -> None:
+        super().__init__(Path("."), split, manifest, shards)
+        self.root = store.where()  # type: ignore[assignment]  # a URL, not a Path
+        self.store, self.options = store, options
+        self.version = manifest.get(MANIFEST_HASH) or manifest_digest(manifest)
+        specs = [remote.block_specs(s) for s in shards]
+        self._specs = [t for t, _ in specs] + [x for _, x in specs]
+        self._tpb = np.array(
+            [t.block_bytes // self.dtype.itemsize or 1 for t, _ in specs], dtype=np.int64
+        )  # (n_shards,)
+        self._ntok = np.array([s.n_tokens for s in shards], dtype=np.int64)  # (n_shards,)
+        self._blocks: tuple[int, FolderBlocks] | None = None
+        self._held: tuple[int, dict[tuple[int, int], Pin]] = (os.getpid(), {})  # the last batch's blocks
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**super().__getstate__(), "_blocks": None, "_held": (-1, {})}
+
+    def _last_pins(self) -> dict[tuple[int, int], Pin]:
+        """The blocks the last gather of this process still holds (a forked child closes its inherited copies)."""
+        pid, held = self._held
+        if pid != os.getpid():
+            _release(held)
+            held = {}
+        return held
+
+    def release(self) -> None:
+        """Let go of the blocks the last gather holds (the loader calls it when an epoch's iteration ends)."""
+        _release(self._last_pins())
+        self._held = (os.getpid(), {})
+
+    def __repr__(self) -> str:
+        return f"RemoteShardSet({self.root!r}, split={self.split!r}, shards={len(self.shards)}, tokens={self.n_tokens})"
+
+    def describe(self) -> str:
+        return f"split {self.split!r} of remote shard folder {self.root}"
+
+    # -- blocks ---------------------------------------------------------------------------------------
+
+    def blocks(self) -> FolderBlocks:
+        """This process's view of the folder's blocks in the machine's cache."""
+        if self._blocks is None or self._blocks[0] != os.getpid():
+            cache = remote.machine_cache(self.options)
+            self._blocks = (os.getpid(), cache.folder(self.version, self.store, self._specs))
+        return self._blocks[1]
+
+    def use_future(self, future: Future | None) -> None:
+        """Give the cache the reader's known order (its evictions then follow Belady's rule)."""
+        self.blocks().cache.future = future
+
+    def _pin(self, pins: dict[tuple[int, int], Pin], s: int, b: int) -> Pin:
+        pin = pins.get((s, b))
+        if pin is None:
+            pin = pins[(s, b)] = self.blocks().pin(self.shards[s].tokens, b)
+        return pin
+
+    def _file(self, spec: BlockSpec) -> bytes:
+        """A whole (small) file through the cache: an index."""
+        folder, parts = self.blocks(), []
+        for b in range(spec.n_blocks):
+            pin = folder.pin(spec.key, b)
+            try:
+                parts.append(bytes(pin.array(np.dtype(np.uint8))))
+            finally:
+                pin.release()
+        return b"".join(parts)[: spec.size]
+
+    # -- reading --------------------------------------------------------------------------------------
+
+    def tokens(self, i: int) -> np.ndarray:
+        """The tokens of shard ``i``: a new array (the whole shard is read through the cache)."""
+        if not 0 <= i < len(self.shards):
+            raise IndexError(f"shard {i} does not exist: {self.describe()} has {len(self.shards)} shards")
+        return self.read(int(self.cumulative[i]), int(self.cumulative[i + 1]))
+
+    def index(self, i: int) -> np.ndarray:
+        spec = self._specs[len(self.shards) + i]
+        idx = np.frombuffer(self._file(spec), dtype=INDEX_DTYPE).copy()
+        return self._checked_index(idx, i)
+
+    def read(self, start: int, stop: int) -> np.ndarray:
+        """Global tokens ``[start, stop)`` of the split, across blocks and shards: a new array."""
+        start, stop = int(start), int(stop)
+        if not 0 <= start <= stop <= self.n_tokens:
+            raise IndexError(
+                f"token range [{start}, {stop}) is outside {self.describe()}, which has {self.n_tokens} tokens"
+            )
+        pins: dict[tuple[int, int], Pin] = {}
+        try:
+            return self._span(start, stop, pins)
+        finally:
+            _release(pins)
+
+    def _span(self, a: int, b: int, pins: dict[tuple[int, int], Pin]) -> np.ndarray:
+        pieces, pos = [np.zeros(0, self.dtype)], a
+        while pos < b:
+            s = int(np.searchsorted(self.cumulative, pos, side="right")) - 1
+            local = pos - int(self.cumulative[s])
+            blk, off = divmod(local, int(self._tpb[s]))
+            take = min(b - pos, int(self._tpb[s]) - off, int(self._ntok[s]) - local)
+            pieces.append(self._pin(pins, s, blk).array(self.dtype)[off : off + take].copy())
+            pos += take
+        return np.concatenate(pieces)
+
+    def rows(self, starts: np.ndarray, width: int) -> np.ndarray:
+        """Tokens ``[start, start + width)`` of each global start: (B, width), in the split's dtype.
+
+        The blocks a batch needs are pinned (fetched and verified when missing), and stay pinned until the next
+        gather (which keeps those it needs again: consecutive batches of the locality order share blocks); rows
+        inside one block are gathered with one fancy index per block.
+        """
+        starts = np.asarray(starts, dtype=np.int64)
+        out = np.empty((len(starts), width), dtype=self.dtype)
+        shard = np.searchsorted(self.cumulative, starts, side="right") - 1  # (B,)
+        local = starts - self.cumulative[shard]
+        blk, off = np.divmod(local, self._tpb[shard])
+        inside = (off + width <= self._tpb[shard]) & (local + width <= self._ntok[shard])
+        code = shard * (1 << 32) + blk
+        sel = np.flatnonzero(inside)
+        order = sel[np.argsort(code[sel], kind="stable")]
+        cuts = np.flatnonzero(np.diff(code[order])) + 1
+        groups = np.split(order, cuts) if order.size else []
+        held = self._last_pins()
+        keys = {divmod(int(code[g[0]]), 1 << 32) for g in groups}
+        pins = {k: held.pop(k) for k in keys & held.keys()}  # kept: this batch reads them again
+        _release(held)  # before any fetch: the last batch's other blocks may be evicted for this one's
+        try:
+            for group in groups:
+                s, b = divmod(int(code[group[0]]), 1 << 32)
+                self._gather_block(out, group, off[group], self._pin(pins, s, b), width)
+            for j in np.flatnonzero(~inside).tolist():  # the few rows across a block or shard boundary
+                out[j] = self._span(int(starts[j]), int(starts[j]) + width, pins)
+        finally:
+            self._held = (os.getpid(), pins)
+        return out
+
+    def _gather_block(self, out: np.ndarray, rows: np.ndarray, offsets: np.ndarray, pin: Pin, width: int) -> None:
+        arr = pin.array(self.dtype)
+        view = np.lib.stride_tricks.as_strided(
+            arr, shape=(len(arr) - width + 1, width), strides=(arr.strides[0],) * 2, writeable=False
+        )
+        out[rows] = view[offsets]  # the views die with this frame, before the pin is released
+
+    def block_reads(self, starts: np.ndarray, width: int) -> tuple[np.ndarray, list[str], np.ndarray, np.ndarray]:
+        """Which blocks spans ``[start, start + width)`` read: ``(span number, token file keys, shard, block)``,
+        one entry per block read (a span across a block boundary reads two)."""
+        starts = np.asarray(starts, dtype=np.int64)
+        keys = [s.tokens for s in self.shards]
+        row, shard, block = [], [], []
+        for end in (starts, starts + width - 1):  # spans are shorter than a block: their two ends name them all
+            s = np.searchsorted(self.cumulative, np.minimum(end, self.n_tokens - 1), side="right") - 1
+            row.append(np.arange(len(starts)))
+            shard.append(s)
+            block.append((np.minimum(end, self.n_tokens - 1) - self.cumulative[s]) // self._tpb[s])
+        r, s, b = (np.concatenate(x) for x in (row, shard, block))
+        first = np.ones(len(r), dtype=bool)
+        first[len(starts) :] = (s[len(starts) :] != s[: len(starts)]) | (b[len(starts) :] != b[: len(starts)])
+        return r[first], keys, s[first], b[first]
+
+
+def _release(pins: dict[tuple[int, int], Pin]) -> None:
+    for pin in pins.values():
+        pin.release()
+    pins.clear()
+
+
+def open_remote_shards(
+    url: str, *, split: str = "train", verify: bool = False, tokenizer: Any = None, options: RemoteOptions
+) -> RemoteShardSet:
+    """Open one split of the shard folder at ``url`` (see `tokembed.shards.reader.open_shards`).
+
+    Raises:
+        FileNotFoundError: no bucket or no manifest (an unfinished or missing folder; names the URL).
+        PermissionError: refused credentials (says where credentials come from).
+        ValueError: a damaged manifest, an unknown split, another tokenizer than ``tokenizer``, a file that
+            is missing or of the wrong size, or (with ``verify``) any damage `tokembed check` finds.
+        ImportError: the URL scheme's library is not installed (names the pip extra).
+    """
+    store = open_store(url, options.storage_options)
+    root = store.where()
+    manifest = checked_manifest(remote.fetch_manifest(store), root)
+    if tokenizer is not None:
+        expect_tokenizer(root, identity_from_manifest(manifest.get("tokenizer")), tokenizer)  # type: ignore[arg-type]
+    splits = manifest["splits"]
+    if split not in splits:
+        raise ValueError(f"split {split!r} is not in {root}; it has {', '.join(map(repr, splits)) or 'no splits'}")
+    shards = [ShardInfo.from_dict(d) for d in splits[split]["shards"]]
+    remote.listing_problems(store, shards)
+    if verify:
+        problems = check_split(Path(root), manifest, split, full=True, stage=remote.download_stage(store))
+        if problems:
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            raise ValueError(f"{root} is damaged: {problems[0]}{more}; {CHECK_HINT.format(root=root)}")
+    return RemoteShardSet(url, split, manifest, shards, store=store, options=options)

@@ -153,6 +153,27 @@ def _shard_problems(split: str, shards: Any) -> list[str]:
         for k in ("sha256", "index_sha256"):
             if not (isinstance(d[k], str) and _SHA256.fullmatch(d[k])):
                 problems.append(f"{where}: {k!r} must be 64 lowercase hex digits, got {d[k]!r}")
+        if "blocks" in d:
+            problems += _blocks_problems(where, d)
+    return problems
+
+
+def _blocks_problems(where: str, d: dict[str, Any]) -> list[str]:
+    """A shard entry's ``blocks``: the block size and one sha256 per block of each file (at least one)."""
+    blocks = d["blocks"]
+    if not isinstance(blocks, dict) or set(blocks) != {"bytes", "tokens", "index"} or not _is_int(blocks["bytes"], 1):
+        return [f"{where}: 'blocks' must be {{'bytes': an integer >= 1, 'tokens': [...], 'index': [...]}}"]
+    problems = []
+    index_bytes = d["n_documents"] * 8 if _is_int(d["n_documents"]) else None
+    for k, size in (("tokens", d["bytes"]), ("index", index_bytes)):
+        hashes = blocks[k]
+        if not isinstance(hashes, list) or not all(isinstance(h, str) and _SHA256.fullmatch(h) for h in hashes):
+            problems.append(f"{where}: blocks[{k!r}] must be a list of sha256 digests (64 lowercase hex digits)")
+        elif _is_int(size) and len(hashes) != max(1, -(-size // blocks["bytes"])):
+            problems.append(
+                f"{where}: blocks[{k!r}] lists {len(hashes)} blocks, but {size} bytes make "
+                f"{max(1, -(-size // blocks['bytes']))} blocks of {blocks['bytes']}"
+            )
     return problems
 
 

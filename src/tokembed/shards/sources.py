@@ -30,6 +30,7 @@ from collections.abc import Iterator, Sequence
 from tokembed.shards.formats.base import CONT, MORE, STDIN, InputFile, PlanOptions, Span, UnreadableInput
 from tokembed.shards.formats.opened import is_url, open_input
 from tokembed.shards.formats.registry import codec_for, codecs, format_for, format_names, formats, get_format
+from tokembed.shards.formats.remote import expand_url
 
 __all__ = [
     "CONT",
@@ -109,7 +110,7 @@ def find_inputs(
     found = _Found(format)
     for item in items:
         if is_url(item):
-            found.add_url(item)
+            found.add_urls(item)
         elif os.path.isdir(item):
             if sum(found.add(path, explicit=False) for path in _walk(item, found.skipped)) == 0:
                 raise ValueError(f"folder {item} holds no input files ({known_suffixes()})")
@@ -181,13 +182,26 @@ class _Found:
             self.skipped.append(f"{second.path} (the same file as {first.path})")
         return True
 
-    def add_url(self, url: str) -> None:
+    def add_url(self, url: str, explicit: bool = True) -> bool:
         """Take one object named by its URL (through the opener registered for its scheme; an error without one)."""
+        if not explicit and self._format(url, explicit=False) is None:
+            return False  # an object of a prefix or glob without an input format (no request made for it)
         with open_input(url) as src:  # first: a URL no reader handles is named as such, whatever its suffix
-            fmt = self._format(url, explicit=True)
+            fmt = self._format(url, explicit=explicit)
             if fmt is None:
-                return  # (not reached: an explicit input of unknown type raised)
+                return False  # (not reached: an explicit input of unknown type raised)
             self.by_real.setdefault(url, InputFile(url, fmt[0], fmt[1], src.size))
+        return True
+
+    def add_urls(self, url: str) -> None:
+        """An object's URL, a prefix (its objects, like a folder's files) or a glob of URLs (`expand_url`)."""
+        urls, named = expand_url(url)
+        if named:
+            self.add_url(urls[0])
+        elif not urls:
+            raise FileNotFoundError(f"input {url} does not exist (no object and no objects under that prefix)")
+        elif sum(self.add_url(u, explicit=False) for u in urls) == 0:
+            raise ValueError(f"{url} holds no input files ({known_suffixes()})")
 
     def files(self) -> tuple[list[InputFile], list[str]]:
         return sorted(self.by_real.values(), key=lambda f: f.path), sorted(set(self.skipped))

@@ -274,7 +274,8 @@ class _SplitTokens:
     in it, plus where its documents start."""
 
     def __init__(self, encoder: Any, eot: int, dtype: np.dtype) -> None:
-        self.encoder, self.eot, self.dtype = encoder, eot, dtype
+        self.encoder, self.dtype = encoder, dtype
+        self.eot = np.array([eot], dtype=dtype)  # (1,)
         self.texts: list[str] = []
         self.groups: list[tuple[Span, int, dict[str, int]]] = []  # (span, documents, its file's stats) per span
         self.chars = 0
@@ -293,36 +294,35 @@ class _SplitTokens:
             self.flush()
 
     def flush(self) -> None:
-        """Tokenize the texts gathered so far with one call; count them into their files' stats."""
+        """Tokenize the texts gathered so far (`TokenEncoder.encode_batch`) into one array, each document followed
+        by its ``<|endoftext|>`` where it ends here; count them into their files' stats."""
         if not self.texts:
             return
-        flat, offsets = self.encoder.encode_batch(self.texts)  # (n,) uint32, (documents + 1,) int64
-        counts = [n for _, n, _ in self.groups]
-        ends = np.repeat([not sp.flags & MORE for sp, _, _ in self.groups], counts)  # (documents,) bool
-        firsts = np.repeat([not sp.flags & CONT for sp, _, _ in self.groups], counts)  # (documents,) bool
-        eots_before = np.zeros(len(ends) + 1, dtype=np.int64)  # (documents + 1,)
-        np.cumsum(ends, out=eots_before[1:])
-        starts = offsets + eots_before  # (documents + 1,) where each document starts in the chunk; then its end
-        chunk = np.empty(int(starts[-1]), dtype=self.dtype)
-        eot_at = (offsets[1:] + eots_before[:-1])[ends]  # just after each document that ends here
-        keep = np.ones(len(chunk), dtype=bool)
-        keep[eot_at] = False
-        chunk[keep] = flat
-        chunk[eot_at] = self.eot
-        self.chunks.append(chunk)
+        arrays = self.encoder.encode_batch(self.texts)  # one (n_i,) uint32 array per text
+        lengths = np.fromiter(map(len, arrays), dtype=np.int64, count=len(arrays))  # (documents,)
+        ends = np.repeat([not sp.flags & MORE for sp, _, _ in self.groups], [n for _, n, _ in self.groups])
+        firsts = np.repeat([not sp.flags & CONT for sp, _, _ in self.groups], [n for _, n, _ in self.groups])
+        if ends.all():  # (documents,) bool; the usual case: every document ends here
+            pieces = [x for ids in arrays for x in (ids, self.eot)]
+        else:
+            pieces = [x for ids, end in zip(arrays, ends.tolist()) for x in ((ids, self.eot) if end else (ids,))]
+        chunk = np.concatenate(pieces, dtype=self.dtype, casting="same_kind")  # one pass: joined and converted
+        starts = np.zeros(len(arrays) + 1, dtype=np.int64)  # (documents + 1,) where each document starts, then the end
+        np.cumsum(lengths + ends, out=starts[1:])
         self.starts.append(starts[:-1][firsts] + self.filled)
+        self.chunks.append(chunk)
         self.filled += len(chunk)
-        self._count(offsets)
+        self._count(np.concatenate([[0], np.cumsum(lengths)]))
         self.texts, self.groups, self.chars = [], [], 0
 
     def _count(self, offsets: np.ndarray) -> None:
         i = 0
         for sp, n, st in self.groups:
-            texts = "".join(self.texts[i : i + n])  # one copy: counting bytes per document costs an encode each
+            texts = self.texts[i : i + n]
             st["documents"] += 0 if sp.flags & CONT else n
             st["tokens"] += int(offsets[i + n] - offsets[i])
-            st["chars"] += len(texts)
-            st["text_bytes"] += len(texts) if texts.isascii() else len(texts.encode("utf-8", "surrogatepass"))
+            st["chars"] += sum(map(len, texts))
+            st["text_bytes"] += sum(len(t) if t.isascii() else len(t.encode("utf-8", "surrogatepass")) for t in texts)
             i += n
 
     def result(self) -> dict[str, np.ndarray] | None:

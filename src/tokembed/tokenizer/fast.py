@@ -27,6 +27,7 @@ __all__ = ["BACKENDS", "TokenEncoder", "fast_backend_problem", "token_encoder"]
 
 BACKENDS = ("auto", "tiktoken", "gigatoken")
 RESET_CHARS = 1 << 30  # rebuild gigatoken's tokenizer (and its cache) after this many characters
+BATCH_AFTER_CHARS = 1 << 28  # gigatoken's batch encoder pays back its set-up after about this much text
 # gigatoken's name for each tiktoken split pattern it implements.
 _SCHEMES = {GPT2_PAT_STR: "gpt2", CL100K_PAT_STR: "gpt4", O200K_PAT_STR: "o200k"}
 # A probe of what could go wrong: scripts, digits, code, whitespace runs, a special token as text.
@@ -86,24 +87,34 @@ class TokenEncoder:
                 f"the gigatoken backend cannot be used: {problem}; pass --tokenize-backend auto or tiktoken"
             )
         self._fast = None if problem else _build_gigatoken(enc)
-        self._chars = 0
+        self._chars = 0  # characters encoded by this gigatoken tokenizer
+        self._seen = 0  # characters encoded in all
+        self._batch: bool | None = None  # its batch encoder set up and exact (None: not yet)
         if self._fast is not None and not self._probe_agrees():
             warnings.warn(
                 f"gigatoken's ids differ from tiktoken's for {enc.name} on a probe text; using tiktoken", stacklevel=2
             )
             self._fast = None
 
-    def _probe_agrees(self) -> bool:
-        """gigatoken's ids of the probe, one text and as a batch, are tiktoken's. (The first batch call of a new
-        gigatoken tokenizer sets up its batch encoder, 0.1-0.7 s: done here, before any unit is timed or read.)"""
+    def _probe_agrees(self, *, batch: bool = False) -> bool:
+        """gigatoken's ids of the probe (one text, or as a batch) are tiktoken's."""
         fast = self._fast
         if fast is None:
             return False
         ref = self._reference(_PROBE).tolist()
+        if not batch:
+            return fast.encode(_PROBE).tolist() == ref
         ids, offsets = _flat(fast.encode_batch([_PROBE, ""], parallel=False))
-        return (
-            fast.encode(_PROBE).tolist() == ref and ids.tolist() == ref and offsets.tolist() == [0, len(ref), len(ref)]
-        )
+        return ids.tolist() == ref and offsets.tolist() == [0, len(ref), len(ref)]
+
+    def _batching(self) -> bool:
+        """Whether texts go to gigatoken's batch encoder now: after `BATCH_AFTER_CHARS`, once it has been set up
+        and checked on the probe (again after each rebuild)."""
+        if self._seen < BATCH_AFTER_CHARS:
+            return False
+        if self._batch is None:
+            self._batch = self._probe_agrees(batch=True)
+        return self._batch
 
     @property
     def backend(self) -> str:
@@ -121,34 +132,47 @@ class TokenEncoder:
 
     def encode_ordinary(self, text: str) -> np.ndarray:
         """Ids of ``text`` (special tokens in it are plain text), ``(n,)`` uint32."""
+        self._count(len(text))
+        return self._one(text)
+
+    def _count(self, chars: int) -> None:
+        """Count characters about to be encoded; rebuild gigatoken's tokenizer (its cache) past `RESET_CHARS`."""
+        if self._fast is None:
+            return
+        self._chars += chars
+        self._seen += chars
+        if self._chars > RESET_CHARS:
+            self._fast, self._chars, self._batch = _build_gigatoken(self.enc), chars, None
+
+    def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
+        """Ids of many texts, one ``(n_i,)`` uint32 array each, exactly `encode_ordinary`'s.
+
+        gigatoken's batch encoder (on this thread) is 10-15% faster than a call per text but takes about 0.4 s to
+        set up, for each tokenizer object (benchmarks/bench_tokenize.py): it is used once this encoder has
+        encoded `BATCH_AFTER_CHARS`, where that pays back; before, a call per text (each an array, no list).
+        """
+        self._count(sum(map(len, texts)))
+        fast = self._fast
+        if fast is not None and texts and self._batching():
+            try:
+                ids, offsets = _flat(fast.encode_batch(texts, parallel=False))
+                return np.split(ids, offsets[1:-1])  # views of one buffer
+            except TypeError:  # a lone surrogate somewhere: one at a time, tiktoken repairing it
+                pass
+        if fast is not None:
+            try:
+                return [fast.encode(t) for t in texts]
+            except TypeError:  # a lone surrogate somewhere: one at a time, tiktoken repairing it
+                pass
+        return [self._one(t) for t in texts]
+
+    def _one(self, text: str) -> np.ndarray:
         if self._fast is None:
             return self._reference(text)
-        self._chars += len(text)
-        if self._chars > RESET_CHARS:
-            self._fast, self._chars = _build_gigatoken(self.enc), len(text)
         try:
             return self._fast.encode(text)
         except TypeError:  # lone surrogates are not UTF-8: tiktoken repairs them
             return self._reference(text)
-
-    def encode_batch(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """Ids of many texts with one call where the backend has one (gigatoken's batch encode, on this thread):
-        ``(ids, offsets)``, ``(n,)`` uint32 and ``(len(texts) + 1,)`` int64; text ``i``'s ids are
-        ``ids[offsets[i]:offsets[i + 1]]``, each exactly `encode_ordinary`'s."""
-        if self._fast is not None and texts:
-            chars = sum(map(len, texts))
-            self._chars += chars
-            if self._chars > RESET_CHARS:
-                self._fast, self._chars = _build_gigatoken(self.enc), chars
-            try:
-                return _flat(self._fast.encode_batch(texts, parallel=False))
-            except TypeError:  # a lone surrogate somewhere: one at a time, tiktoken repairing it
-                pass
-        arrays = [self.encode_ordinary(t) for t in texts]
-        offsets = np.zeros(len(arrays) + 1, dtype=np.int64)
-        np.cumsum([len(a) for a in arrays], out=offsets[1:])
-        ids = np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.uint32)
-        return ids.astype(np.uint32, copy=False), offsets
 
 
 def _flat(rows: Any) -> tuple[np.ndarray, np.ndarray]:

@@ -10,14 +10,22 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from tokembed._checks import check_int, check_number, check_positive_int, config_from_dict
+from tokembed._checks import check_bool, check_int, check_number, check_positive_int, config_from_dict
 from tokembed._paths import local_path
 from tokembed.data.packing import check_packer
 
 DEFAULT_BATCH_SIZE = 8  # windows per rank when neither batch_size nor global_batch_size is given
 
 # Fields that may differ when a run is resumed (they do not change what has been computed so far).
-RESUMABLE_CHANGES = ("max_steps", "eval_interval", "eval_batches", "checkpoint_interval", "keep_checkpoints", "out")
+RESUMABLE_CHANGES = (
+    "max_steps",
+    "eval_interval",
+    "eval_batches",
+    "checkpoint_interval",
+    "keep_checkpoints",
+    "out",
+    "materialize_packing",  # the same batches, read from the cache or gathered
+)
 
 
 @dataclass(frozen=True)
@@ -25,7 +33,8 @@ class TrainConfig:
     """How to train.
 
     Attributes:
-        data: a shard folder (``tokembed prepare`` output) or a UTF-8 text file (stored as an absolute path),
+        data: a shard folder (``tokembed prepare`` output; a URL of a remote one, stored as given, without
+            credentials), a Megatron prefix or a UTF-8 text file (stored as an absolute path),
             or a `tokembed.Mixture` or `tokembed.PhasedMixture` of shard folders (stored as its ``spec()``, a dict).
         out: the checkpoint directory to write (and resume from).
         max_length: tokens per training window (must not exceed the model's context_length).
@@ -55,6 +64,9 @@ class TrainConfig:
             ``"best-fit"``): attention stays within each document and positions restart at each (the loader's
             document metadata goes to the model); padding and each document's last token predict nothing.
             None: sliding windows over the token stream (the chapter's).
+        materialize_packing: with ``packing`` over a shard folder, write the packed windows once into the
+            cache and read them as rows (`tokembed.data.packed.PackedWindows`, ``materialize``): the same
+            batches, read several times faster, for as much disk as the split's tokens.
     """
 
     data: str | dict
@@ -80,6 +92,7 @@ class TrainConfig:
     tokenizer: str | None = None
     global_batch_size: int | None = None
     packing: str | None = None
+    materialize_packing: bool = False
 
     def __post_init__(self) -> None:
         # absolute paths (eval and resume work from any folder), or a mixture's spec
@@ -114,6 +127,9 @@ class TrainConfig:
                     f"stride={self.stride} does not apply with packing={self.packing!r} (each window holds whole "
                     "documents from its first slot); leave stride out"
                 )
+        check_bool("materialize_packing", self.materialize_packing)
+        if self.materialize_packing and self.packing is None:
+            raise ValueError("materialize_packing=True applies with packing (it stores packed windows); give packing")
         object.__setattr__(self, "warmup_steps", check_int("warmup_steps", self.warmup_steps, min=0, noun="an integer"))
         object.__setattr__(self, "lr", check_number("lr", self.lr, min=0.0, min_open=True, noun=""))
         if not 0.0 <= self.min_lr_ratio <= 1.0:
@@ -171,7 +187,11 @@ def _data_entry(data: Any) -> str | dict:
         return data.spec()
     if isinstance(data, dict):
         return mixture_from_spec(data).spec()
-    return str(local_path(data, what="the training data").resolve())
+    from tokembed.storage.urls import as_url, is_url, local_path_of, public_url
+
+    if is_url(data) and local_path_of(data) is None:  # a remote shard folder, recorded without credentials
+        return public_url(as_url(data))
+    return str(local_path(local_path_of(data) or data, what="the training data").resolve())
 
 
 def lr_at(step: int, config: TrainConfig) -> float:

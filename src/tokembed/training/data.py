@@ -67,6 +67,12 @@ def _is_shard_folder(path: Path) -> bool:
     return path.is_dir() and (path / "manifest.json").exists()
 
 
+def _is_megatron(path: Path) -> bool:
+    from tokembed.shards import megatron
+
+    return megatron.is_megatron_prefix(path)
+
+
 def data_tokenizer(data: str | Path | dict, *, tokenizer: TokenizerLike | None = None) -> TokenizerIdentity:
     """The tokenizer of ``data``: a shard folder's manifest (another ``tokenizer`` is an error naming
     both), a mixture's (its sources share one), or ``tokenizer`` (default gpt2) for a text file. Cheap:
@@ -82,16 +88,29 @@ def data_tokenizer(data: str | Path | dict, *, tokenizer: TokenizerLike | None =
             expect_tokenizer(Path(mixture.paths[0]), recorded, tokenizer)
         return recorded
 
+    if _remote(data):
+        from tokembed.shards.reader import open_shards
+
+        return open_shards(str(data), tokenizer=tokenizer).tokenizer  # the manifest's (another one: an error)
     path = Path(data)
-    if _is_shard_folder(path):
+    if _is_shard_folder(path) or _is_megatron(path):
+        from tokembed.shards import megatron
         from tokembed.shards.format import read_manifest
         from tokembed.shards.reader import expect_tokenizer
 
-        recorded = identity_from_manifest(read_manifest(path).get("tokenizer"))
+        entry = megatron.recorded_tokenizer(path) if _is_megatron(path) else read_manifest(path).get("tokenizer")
+        recorded = identity_from_manifest(entry)  # none recorded (a dataset made elsewhere): GPT-2's ids
         if tokenizer is not None:
             expect_tokenizer(path, recorded, tokenizer)
         return recorded
     return tokenizer_identity(get_tokenizer(tokenizer or "gpt2"))
+
+
+def _remote(data: object) -> bool:
+    """A URL of a remote shard folder (``file://`` names a local path)."""
+    from tokembed.storage.urls import is_url, local_path_of
+
+    return isinstance(data, (str, Path)) and is_url(data) and local_path_of(data) is None
 
 
 def _mixture(spec: dict):
@@ -161,7 +180,8 @@ def load_training_data(
 ) -> TrainingData:
     """Resolve ``data`` into training source and validation tokens.
 
-    A shard folder: its ``train`` split (read lazily by the loader) and its ``val`` split.
+    A shard folder: its ``train`` split (read lazily by the loader) and its ``val`` split; a Megatron prefix
+    (``PREFIX.bin`` + ``PREFIX.idx``): its tokens, read as a ``train`` split, and no validation.
     A text file: its tokens, the first ``1 - val_fraction`` for training, the rest for validation.
     A mixture's spec (`tokembed.Mixture.spec`, `tokembed.PhasedMixture.spec`): the mixture of the sources' train
     splits; each source's val split, on its own (`TrainingData.validation`), weighted by its weight (over phases:
@@ -176,8 +196,12 @@ def load_training_data(
     """
     if isinstance(data, dict):
         return _mixture_data(data, max_val_windows, length, tokenizer)
-    path = local_path(data, what="the data")
     max_val_tokens = None if max_val_windows is None else max_val_windows * length + 1
+    if _remote(data):
+        return _folder_data(str(data), max_val_tokens, tokenizer)
+    path = local_path(data, what="the data")
+    if _is_megatron(path):
+        return _folder_data(path, max_val_tokens, tokenizer)
     if not path.exists():
         raise FileNotFoundError(
             f"training data {path} does not exist; give a shard folder (tokembed prepare) or a text file"
@@ -201,8 +225,10 @@ def load_training_data(
     return TrainingData(tokens[:cut], validation, desc, cut, tokenizer_identity(enc))
 
 
-def _folder_data(path: Path, max_val_tokens: int | None, tokenizer: TokenizerLike | None) -> TrainingData:
-    if not _is_shard_folder(path):
+def _folder_data(path: Path | str, max_val_tokens: int | None, tokenizer: TokenizerLike | None) -> TrainingData:
+    """A shard folder or Megatron prefix (a local `Path`), or the URL of a remote folder read through the cache: its
+    train split for the loader, its val split read."""
+    if isinstance(path, Path) and not (_is_shard_folder(path) or _is_megatron(path)):
         raise ValueError(
             f"{path} is a directory without manifest.json: give a shard folder written by `tokembed prepare`, or a text file"
         )
@@ -247,6 +273,11 @@ def data_identity(data: str | Path | dict) -> dict[str, Any]:
         from tokembed.data.phases import spec_paths
 
         return {"sources": [data_identity(p) for p in spec_paths(data)]}
+    if _remote(data):
+        from tokembed.shards.remote import read_remote_manifest
+        from tokembed.shards.schema import manifest_digest
+
+        return {"manifest_sha256": manifest_digest(read_remote_manifest(str(data)))}
     path = Path(data)
     if _is_shard_folder(path):
         from tokembed.shards.format import read_manifest

@@ -208,6 +208,7 @@ def evaluate(
     stride: int | None = None,
     progress: bool | str | Progress = False,
     device: str | None = None,
+    allow_unverified: bool = False,
 ) -> list[dict]:
     """Validation loss and perplexity of a checkpoint at each length, per source and in all.
 
@@ -227,6 +228,7 @@ def evaluate(
         progress: a bar per length on a terminal, a line per length in a log (`Progress.resolve`).
         device: where to run: ``"auto"`` (CUDA, then MPS, then CPU), ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or
             ``"mps"`` (the model is moved there); None leaves the model where it is (a loaded checkpoint: the CPU).
+        allow_unverified: load a checkpoint directory that has no sha256.json (written before tokembed 0.2).
 
     Returns:
         One dict per length, as `evaluate_sources` gives it (``length``, ``stride``, ``loss``,
@@ -240,7 +242,10 @@ def evaluate(
     for name, value in (("max_windows (--max-windows)", max_windows), ("max_tokens (--max-tokens)", max_tokens)):
         if value is not None:  # 0 scores nothing: the question, not the data, is wrong
             check_positive_int(name, value, hint="leave it out to score every window")
-    model, config = load_checkpoint(checkpoint) if not isinstance(checkpoint, tuple) else checkpoint
+    if isinstance(checkpoint, tuple):
+        model, config = checkpoint
+    else:
+        model, config = load_checkpoint(checkpoint, allow_unverified=allow_unverified)
     train_length = int(config.get("train", {}).get("max_length") or model.config.context_length)
     lengths = [train_length * m for m in (1, 2, 4, 8)] if lengths is None else list(lengths)
     _check_evaluate_args(model, lengths, rope_scaling, evaluation, stride)
@@ -314,7 +319,10 @@ def _check_evaluate_args(model: GPT, lengths, rope_scaling, evaluation: str, str
     if stride is not None:
         check_positive_int("stride", stride)
         if evaluation != "sliding":
-            raise ValueError(f"stride={stride} applies to the sliding evaluation; pass evaluation='sliding' or drop it")
+            raise ValueError(
+                f"stride={stride} (--stride) applies to the sliding evaluation; pass evaluation='sliding' "
+                "(--sliding) or drop it"
+            )
 
 
 def _validation(checkpoint, config: dict, data) -> list[ValidationSource]:

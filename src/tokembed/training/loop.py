@@ -118,8 +118,13 @@ def train(
     dist = init_distributed(device.device)
     try:
         config = settle_config(config, saved, world_size=dist.world_size, model_options=model_config)
+        if stop_at is not None and stop_at > config.max_steps:
+            raise ValueError(
+                f"stop_at (--stop-at) {stop_at} is beyond the run's last step, max_steps (--steps) "
+                f"{config.max_steps}: give a step <= {config.max_steps}, or leave it out to run to the end"
+            )
         run = _start(config, model_config, saved, device=device, dist=dist)
-        end = config.max_steps if stop_at is None else min(stop_at, config.max_steps)
+        end = config.max_steps if stop_at is None else stop_at
         report = Progress.resolve(progress if dist.is_main else False, every=every)
         run.loop(end, progress=report, resumed=saved is not None)
     finally:
@@ -180,6 +185,7 @@ class _Run:
             max_length=config.max_length,
             stride=config.window_stride,
             packing=config.packing,
+            materialize=config.materialize_packing,
             output="documents" if config.packing else "pairs",  # packing: the model reads the documents' bounds
             shuffle=True,
             seed=config.seed,

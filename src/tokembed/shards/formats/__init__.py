@@ -2,8 +2,8 @@
 
 The mental model (one page):
 
-- An **input** is a file, standard input or (with a storage layer) a URL, read only through an
-  `opened.OpenedInput` (ranged reads, a stream, or a seekable file object): no format opens a path itself.
+- An **input** is a file, standard input or a URL (`remote.RemoteInput`, through `tokembed.storage`), read only
+  through an `opened.OpenedInput` (ranged reads, a stream, or a seekable file object): no format opens a path itself.
 - A **codec** (gzip ``.gz``, zstd ``.zst``) is a layer around any streamable format, chosen by the last suffix.
 - A **format** (`base.InputFormat`) recognises its inputs (``name`` for ``--format``, ``suffixes``), plans them into
   `base.Span` s (main process), reads a span's bytes and turns them into the documents' texts, a batch per span
@@ -55,6 +55,7 @@ from tokembed.shards.formats.registry import (
 from tokembed.shards.formats.registry import (
     codecs as registered_codecs,
 )
+from tokembed.shards.formats.remote import register_remote_openers
 from tokembed.shards.formats.text import TextFormat
 
 # The built-in formats, in the order --format and --help list them, and the built-in codecs.
@@ -62,6 +63,7 @@ for _format in (TextFormat, JsonLinesFormat, ParquetFormat):
     register_format(_format)
 for _codec in (GzipCodec, ZstdCodec):
     register_codec(_codec)
+register_remote_openers()  # inputs at URLs (s3://, gs://, hf://, https://, ...): tokembed.storage reads them
 
 __all__ = [
     "CONT",

@@ -288,17 +288,6 @@ class RecordContext:
             return
         raise ValueError(f"{self.where(offset, k)}: {problem}")
 
-    def decode_all(self, data: bytes) -> str | None:
-        """``data`` (many records' bytes) decoded with one call when no record in it needs more than that: valid
-        UTF-8 without a control byte, so none is refused or has bytes replaced (what `decode` does with each then);
-        None when it is not (decode record by record)."""
-        if not self.control_free(data):
-            return None
-        try:
-            return data.decode("utf-8")
-        except UnicodeDecodeError:
-            return None
-
     @staticmethod
     def control_free(data: bytes) -> bool:
         """Whether ``data`` holds no control byte (NUL, ...): then a record in it that is valid UTF-8 is never refused,

