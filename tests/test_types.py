@@ -119,7 +119,10 @@ def test_type_checkers_see_every_lazy_public_name(package):
         for n in tree.body
         if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", None) == "_PUBLIC"
     )
-    block = next(n for n in tree.body if isinstance(n, ast.If) and getattr(n.test, "id", None) == "TYPE_CHECKING")
+    block = next(
+        (n for n in tree.body if isinstance(n, ast.If) and getattr(n.test, "id", None) == "TYPE_CHECKING"), None
+    )
+    assert block is not None, f"{path.relative_to(ROOT)}: import its public names under `if TYPE_CHECKING:`"
     seen = {}
     for node in block.body:
         assert isinstance(node, ast.ImportFrom), ast.unparse(node)
