@@ -478,13 +478,25 @@ def _resume_command(args: argparse.Namespace) -> str:
     argv = list(args.argv)
     if not any(a == "--resume" or a.startswith("--resume=") for a in argv):
         argv.append("--resume")
-    command = ["tokembed", *argv]
+    hidden = [_hide_value(a) if prev == "--storage-option" or a.startswith("--storage-option=") else a
+              for prev, a in zip(["", *argv], argv)]  # fmt: skip
+    command = ["tokembed", *hidden]
     local, world = int(os.environ.get("LOCAL_WORLD_SIZE", "1")), int(os.environ.get("WORLD_SIZE", "1"))
     if world > 1:
         nodes = [] if local == world else ["--nnodes", str(world // local)]
         head = ["torchrun", "--standalone"] if local == world else ["torchrun", *nodes]
         command = [*head, "--nproc_per_node", str(local), "-m", *command]
-    return shlex.join(command)
+    from tokembed.cli.options import secret_free
+
+    shown = secret_free(shlex.join(command), args)  # a credential typed elsewhere in the command
+    return shown + (" (give the --storage-option values again)" if hidden != argv else "")
+
+
+def _hide_value(option: str) -> str:
+    """``secret=a=b`` -> ``secret=***`` (``--storage-option=secret=a`` keeps its flag): a resume command is logged."""
+    flag = "--storage-option=" if option.startswith("--storage-option=") else ""
+    key, sep, _ = option.removeprefix(flag).partition("=")
+    return f"{flag}{key}{sep}***" if sep else option
 
 
 def format_rows(rows: list[dict]) -> str:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import os
+import sys
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -72,6 +73,7 @@ class Follow:
         self.horizon = (0, 0)  # steps whose reads the trace holds
         self.threads = int(os.environ.get("TOKEMBED_PREFETCH_THREADS", "8"))
         self._pool: ThreadPoolExecutor | None = None
+        self._finalizing = sys.is_finalizing  # kept here: at exit `close` may run after module globals are cleared
         self._pending: dict[tuple[str, str, int], Future] = {}
         self._sets: dict[str, Any] = {}  # folder version -> its RemoteShardSet
         self._planned_until = 0  # index in ts before which the prefetch is planned
@@ -166,6 +168,8 @@ class Follow:
                 self._pending[key] = self._pool.submit(_fill, folder, r)
 
     def close(self) -> None:
+        if self._finalizing():  # a loader left half read at exit: the executor's exit hook stopped its threads,
+            return  # the modules shutdown needs are gone (globals too), and the OS drops the blocks' locks
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None

@@ -33,7 +33,7 @@ _SHARD_FILE = re.compile(r"[^/]+/\d{5}\.(bin|idx)")  # what an unfinished upload
 @dataclass
 class UploadResult:
     """What `upload_folder` did: objects uploaded, objects kept (already there, verified by their recorded
-    sha256), stray objects removed (with ``overwrite``)."""
+    sha256), shard files removed (of an unfinished upload, or of the folder replaced)."""
 
     url: str
     uploaded: list[str] = field(default_factory=list)
@@ -73,8 +73,9 @@ def upload_folder(
         url: where it goes (``s3://bucket/prefix``); the bucket must exist.
         storage_options: the storage library's options.
         overwrite: replace another shard folder at ``url`` (its manifest is removed first, so the folder reads
-            as unfinished until the new manifest is in place), and remove objects that are not shard files.
-            Shard files the manifest does not list (an unfinished upload of other inputs) are always removed.
+            as unfinished until the new manifest is in place). Shard files the manifest does not list (an
+            unfinished upload of other inputs) are always removed; objects that are not shard files are never
+            removed: their presence is refused (FileExistsError), with or without ``overwrite``.
         verify: check the local folder first (every checksum); a damaged folder is never uploaded.
 
     Raises:
@@ -93,6 +94,16 @@ def upload_folder(
     theirs = _existing_manifest(store)
     if theirs == ours:
         return result  # finished before: the manifest goes last, so every file is there
+    listing = store.listing()
+    files = _files(manifest)
+    wanted = {k for k, _, _ in files} | {MANIFEST}
+    foreign = sorted(k for k in listing if k not in wanted and not _SHARD_FILE.fullmatch(k))
+    if foreign:  # as a local --overwrite: what tokembed did not write is never deleted
+        raise FileExistsError(
+            f"{store.where()} holds objects tokembed did not write ({', '.join(foreign[:3])}"
+            f"{', ...' if len(foreign) > 3 else ''}); move them away or choose an empty prefix: tokembed never "
+            "deletes them, not even with --overwrite"
+        )
     if theirs is not None:
         if not overwrite:
             raise FileExistsError(
@@ -100,15 +111,6 @@ def upload_folder(
                 "pass overwrite=True (--overwrite) to replace it, or choose another URL"
             )
         store.delete(MANIFEST)  # from here the remote folder reads as unfinished
-    listing = store.listing()
-    files = _files(manifest)
-    wanted = {k for k, _, _ in files} | {MANIFEST}
-    foreign = sorted(k for k in listing if k not in wanted and not _SHARD_FILE.fullmatch(k))
-    if foreign and not overwrite:
-        raise FileExistsError(
-            f"{store.where()} holds objects that are not part of a shard folder ({', '.join(foreign[:3])}"
-            f"{', ...' if len(foreign) > 3 else ''}); choose an empty prefix, or pass overwrite=True (--overwrite) to remove them"
-        )
     for key, size, sha in files:
         if listing.get(key) == size and store.recorded_sha256(key) == sha:
             result.kept.append(key)
@@ -117,7 +119,7 @@ def upload_folder(
         result.uploaded.append(key)
     for key in sorted(
         set(listing) - wanted
-    ):  # shard files of an unfinished earlier upload (and, with overwrite, the rest)
+    ):  # shard files of an unfinished earlier upload, or of the folder being replaced
         store.delete(key)
         result.removed.append(key)
     store.put_file(MANIFEST, local / MANIFEST)  # last: the folder is finished from here on

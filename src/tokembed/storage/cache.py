@@ -40,6 +40,7 @@ import os
 import secrets
 import threading
 import time
+import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -316,6 +317,7 @@ class FolderBlocks:
 
     def __init__(self, cache: BlockCache, version: str, store: Store, specs: dict[str, BlockSpec]) -> None:
         self.cache, self.version, self.store, self.specs = cache, version, store, specs
+        self._checked: dict[tuple[str, int], tuple[int, int, int]] = {}  # blocks this process found intact
         self.dir = cache.root / f"v-{version}"
         (self.dir / ".locks").mkdir(parents=True, exist_ok=True)
         source = self.dir / "source.json"
@@ -329,6 +331,9 @@ class FolderBlocks:
         """Block ``b`` of ``key``, fetched and verified if it is not in the cache, held in use until released."""
         for _ in range(4):
             pin = self._open(key, b)
+            if pin is not None and not self._intact(key, b, pin):
+                pin.release()
+                pin = None
             if pin is not None:
                 self.cache.stats.hits += 1
                 return pin
@@ -353,6 +358,31 @@ class FolderBlocks:
             with contextlib.suppress(OSError):
                 os.utime(path, ns=(now, now))  # recency, for LRU
         return Pin(fd, st.st_size)
+
+    def _intact(self, key: str, b: int, pin: Pin) -> bool:
+        """Whether a cached block still holds its verified bytes: checked against the manifest's hash on this
+        process's first use of the file (a disk can damage it after it arrived); a damaged one is removed."""
+        st = os.fstat(pin.fd)
+        ident = (st.st_dev, st.st_ino, st.st_size)
+        if self._checked.get((key, b)) == ident:
+            return True
+        spec = self.specs[key]
+        start, end = spec.span(b)
+        data = pin._map if pin._map is not None else b""
+        if st.st_size == end - start and hashlib.sha256(data).hexdigest() == spec.sha256[b]:
+            self._checked[(key, b)] = ident
+            return True
+        path = self.path(key, b)
+        with contextlib.suppress(OSError):
+            now = os.stat(path)
+            if (now.st_dev, now.st_ino) == ident[:2]:
+                path.unlink()  # fetched again by `ensure`
+        warnings.warn(
+            f"the cached block {path} ({self.store.where(key, (start, end))}) was damaged on disk; fetched it again "
+            f"(check the disk of {self.cache.root})",
+            stacklevel=3,
+        )
+        return False
 
     def _lock_fd(self, key: str, b: int, *, wait: bool) -> int | None:
         """The fetch lock of block ``b`` (a stripe file, flock'ed): its descriptor, or None when ``wait`` is False
@@ -431,7 +461,9 @@ class FolderBlocks:
                 os.fsync(fd)
             except OSError as e:
                 raise self._disk_error(e) from None
+            st = os.fstat(fd)
             os.replace(tmp, path)  # a block file that exists is a verified block
+            self._checked[(key, b)] = (st.st_dev, st.st_ino, st.st_size)
             fsync_dir(path.parent)
         except BaseException:
             with contextlib.suppress(OSError):

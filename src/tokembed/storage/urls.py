@@ -122,12 +122,18 @@ def public_url(url: str | os.PathLike) -> str:
 
 
 def refuse_credentials(url: str | os.PathLike) -> str:
-    """``url`` (as typed) when it carries no ``user:password@`` and no query string; else a ValueError.
+    """``url`` (as typed) when it names a bucket and carries no ``user:password@`` and no query string; else a
+    ValueError.
 
     A URL is recorded in manifests, checkpoints and logs, so credentials in it would be written there; they go
     through the environment or the storage options instead. The message shows the URL without them.
     """
     text = as_url(url)
+    parts = urlsplit(text)
+    if is_url(text) and url_scheme(text) != "file" and not parts.netloc:
+        raise ValueError(
+            f"{text} names no bucket (or host); write {parts.scheme}://bucket/prefix, e.g. {parts.scheme}://my-bucket/shards"
+        )
     if public_url(text) != text:
         raise ValueError(
             f"{public_url(text)}: the URL carries credentials or a query string, which tokembed would record in "
