@@ -209,6 +209,9 @@ class PhasedMixture:
         if len(paths) > _MAX_SOURCES:
             raise ValueError(f"a PhasedMixture takes at most {_MAX_SOURCES} sources, got {len(paths)}")
         self.paths = tuple(paths)
+        from tokembed.storage.options import remote_options
+
+        self.remote = remote_options()  # the loader asks every mixture; a phased one's sources are local paths
         self.phases = tuple(
             self._phase(number, name, start, listed, where) for number, name, start, listed, where in built
         )
