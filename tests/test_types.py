@@ -10,7 +10,6 @@ one, a class missing a member of the protocol is an error naming it, and a wrong
 from __future__ import annotations
 
 import ast
-import importlib.util
 import re
 import subprocess
 import sys
@@ -51,17 +50,28 @@ def test_make_lint_runs_mypy_over_src_and_the_tests_run_after_lint():
     assert any(re.match(r"mypy\b", d) for d in PYPROJECT["project"]["optional-dependencies"]["dev"])
 
 
+def _imported_packages() -> set[str]:
+    """The top-level packages src/ imports (anywhere: functions and TYPE_CHECKING blocks too)."""
+    found = set()
+    for path in SRC.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                found.update(a.name.split(".")[0] for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                found.add(node.module.split(".")[0])
+    return found
+
+
 def test_untyped_third_party_packages_are_named_one_by_one():
-    """No blanket ignore_missing_imports: each package without type information is named, and is installed
-    (a name that matches nothing would hide a typo)."""
+    """No blanket ignore_missing_imports: each package without type information is named, and src/ imports it
+    (a name that matches nothing would hide a typo, or outlive the import it was for)."""
     assert "ignore_missing_imports" not in MYPY
-    named = [
-        m for o in MYPY["overrides"] if o.get("ignore_missing_imports") for m in o["module"] if not m.endswith(".*")
-    ]
+    named = {m.split(".")[0] for o in MYPY["overrides"] if o.get("ignore_missing_imports") for m in o["module"]}
     assert named, "the overrides name the untyped packages"
-    for module in named:
-        assert not module.startswith("tokembed"), f"{module}: tokembed's own modules are always checked"
-        assert importlib.util.find_spec(module) is not None, f"{module} is named in [tool.mypy] but not installed"
+    imported = _imported_packages()
+    for module in sorted(named):
+        assert module != "tokembed", "tokembed's own modules are always checked"
+        assert module in imported, f"{module} is named in [tool.mypy] but src/ does not import it"
 
 
 def test_the_extension_points_are_fully_annotated():
@@ -87,7 +97,18 @@ def test_every_tokenizer_and_source_parameter_is_annotated():
     assert not missing, "parameters without a type:\n" + "\n".join(missing)
 
 
-@pytest.mark.parametrize("package", ["tokembed", "tokembed.embeddings"])
+LAZY = sorted(
+    ".".join(p.relative_to(SRC.parent).parent.parts)
+    for p in SRC.rglob("__init__.py")
+    if "lazy_attributes(" in p.read_text(encoding="utf-8")
+)
+
+
+def test_the_lazy_packages_are_found():
+    assert {"tokembed", "tokembed.embeddings"} <= set(LAZY)
+
+
+@pytest.mark.parametrize("package", LAZY)
 def test_type_checkers_see_every_lazy_public_name(package):
     """A lazy package (PEP 562) hides its names from type checkers; its ``if TYPE_CHECKING:`` block imports
     each public name, as itself, from the module ``_PUBLIC`` loads it from at run time."""
@@ -98,7 +119,10 @@ def test_type_checkers_see_every_lazy_public_name(package):
         for n in tree.body
         if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", None) == "_PUBLIC"
     )
-    block = next(n for n in tree.body if isinstance(n, ast.If) and getattr(n.test, "id", None) == "TYPE_CHECKING")
+    block = next(
+        (n for n in tree.body if isinstance(n, ast.If) and getattr(n.test, "id", None) == "TYPE_CHECKING"), None
+    )
+    assert block is not None, f"{path.relative_to(ROOT)}: import its public names under `if TYPE_CHECKING:`"
     seen = {}
     for node in block.body:
         assert isinstance(node, ast.ImportFrom), ast.unparse(node)
