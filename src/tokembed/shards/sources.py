@@ -30,7 +30,7 @@ from collections.abc import Iterator, Sequence
 from tokembed.shards.formats.base import CONT, MORE, STDIN, InputFile, PlanOptions, Span, UnreadableInput
 from tokembed.shards.formats.opened import is_url, open_input
 from tokembed.shards.formats.registry import codec_for, codecs, format_for, format_names, formats, get_format
-from tokembed.shards.formats.remote import expand_url
+from tokembed.shards.formats.remote import expand_url, storage_reads
 
 __all__ = [
     "CONT",
@@ -194,7 +194,11 @@ class _Found:
         return True
 
     def add_urls(self, url: str) -> None:
-        """An object's URL, a prefix (its objects, like a folder's files) or a glob of URLs (`expand_url`)."""
+        """An object's URL, a prefix (its objects, like a folder's files) or a glob of URLs (`expand_url`); a URL
+        of a scheme another opener reads (`register_opener`) names one object."""
+        if not storage_reads(url):
+            self.add_url(url)  # (an error naming the scheme when no opener reads it)
+            return
         urls, named = expand_url(url)
         if named:
             self.add_url(urls[0])

@@ -186,6 +186,12 @@ def register_opener(scheme: str, opener: Callable[[str], OpenedInput]) -> None:
     _OPENERS[scheme.lower()] = opener
 
 
+def opener_of(name: str) -> Callable[[str], OpenedInput] | None:
+    """The opener registered for ``name``'s URL scheme (None for a local path or a scheme without one)."""
+    scheme = url_scheme(name)
+    return None if scheme is None else _OPENERS.get(scheme)
+
+
 def is_url(name: str) -> bool:
     """Whether ``name`` is a URL (``scheme://...``) rather than a local path (`tokembed._paths.is_url`)."""
     return url_scheme(name) is not None

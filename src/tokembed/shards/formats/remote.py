@@ -22,7 +22,7 @@ from tokembed.storage.options import remote_options
 from tokembed.storage.stores import Store, open_store
 from tokembed.storage.urls import SCHEMES, refuse_credentials
 
-__all__ = ["RemoteInput", "expand_url", "register_remote_openers"]
+__all__ = ["RemoteInput", "expand_url", "register_remote_openers", "storage_reads"]
 
 _STREAM_BUFFER = 8 << 20  # a stream reads ahead in 8 MiB ranged GETs
 _FILE_BUFFER = 1 << 20  # a seekable file (Parquet) reads 1 MiB at least: a footer costs one request
@@ -88,6 +88,14 @@ def expand_url(url: str) -> tuple[list[str], bool]:
     store = open_store(url.rstrip("/"), remote_options().storage_options)
     keys = [k for k in sorted(store.listing()) if not any(part.startswith(".") for part in k.split("/"))]
     return [f"{url.rstrip('/')}/{k}" for k in keys], False
+
+
+def storage_reads(url: str) -> bool:
+    """Whether ``url`` is read through the storage layer (its scheme's opener is `RemoteInput`), which can also
+    list a prefix and match a glob; an opener registered for another scheme opens objects named one by one."""
+    from tokembed.shards.formats.opened import opener_of
+
+    return opener_of(url) is RemoteInput
 
 
 def register_remote_openers() -> None:
