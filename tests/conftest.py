@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -36,6 +37,17 @@ from hypothesis import settings
 # default 200 ms deadline, so no test fails for being slow.
 settings.register_profile("tokembed", deadline=None)
 settings.load_profile("tokembed")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _ctrl_c_reaches_the_tests():
+    """A suite started in the background of a script (``make test &``) inherits SIGINT ignored, and so would every
+    process it starts; the Ctrl-C tests need it delivered, as in a terminal: the default handler, for the session."""
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
 
 
 @pytest.fixture(autouse=True, scope="session")
