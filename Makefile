@@ -28,7 +28,7 @@ demo: $(VENV)/.installed
 
 # The whole suite (CI: .ci/run).
 test: $(VENV)/.installed-dev lint
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=15
 
 # Everyday work: every test not marked slow (torchrun, Ray, Chromium, kill -9, long training; see
 # tests/conftest.py), under 90 s on the 2-core development machine. Extra pytest options: make test-fast ARGS="-x".
