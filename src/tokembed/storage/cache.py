@@ -236,7 +236,7 @@ class BlockCache:
                 with os.scandir(sdir) as it:
                     for e in it:
                         entry = _entry(Path(e.path), vdir.name[2:], sdir.name)
-                        if entry is not None and not (entry.temp and _remove_if_stale(entry.path)):
+                        if entry is not None and not (entry.temp and _unlink_unlocked(entry.path)):
                             out.append(entry)
         return out
 
@@ -274,7 +274,7 @@ class BlockCache:
         for v in victims:
             if used + need <= self.cache_bytes:
                 break
-            if _evict(v.path):
+            if _unlink_unlocked(v.path):
                 used -= v.size
                 self.stats.evicted_blocks += 1
         return keep_after is None or used + need <= self.cache_bytes
@@ -524,30 +524,23 @@ def _entry(path: Path, version: str, split: str) -> _Entry | None:
     return _Entry(path, st.st_size, version, f"{split}/{stem}", int(num), st.st_mtime, temp)
 
 
-def _remove_if_stale(tmp: Path) -> bool:
-    """Remove a temporary file whose writer is gone (its lock is free); whether it was removed."""
+def _unlink_unlocked(path: Path) -> bool:
+    """Remove ``path`` unless a process holds its lock: a block being read, or a temporary file whose fetch is
+    running (a stale one's writer is gone, so its lock is free); whether it is gone."""
     try:
-        fd = os.open(tmp, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
         return True
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         os.close(fd)
-        return False  # its fetch is running
+        return False  # in use
     try:
-        tmp.unlink(missing_ok=True)
+        path.unlink(missing_ok=True)
     finally:
         os.close(fd)
     return True
-
-
-def _evict(path: Path) -> bool:
-    """Remove a block no process is reading (its lock is free); whether it was removed."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return True
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
