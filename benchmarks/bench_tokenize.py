@@ -286,6 +286,7 @@ TIMED = [
     ("count per-file stats", "tokembed.shards.units", "_SplitTokens._count"),
     ("join parts + sha256 of shards", "tokembed.shards.prepare", "join_parts"),
     ("write + fsync shards and records", "tokembed.shards.prepare", "write_unit"),
+    ("count token ids (manifest token_counts)", "tokembed.shards.units", "part_counts"),
     ("count token ids (manifest token_counts)", "tokembed.shards.prepare", "split_token_counts"),
     ("manifest (JSON, seal, fsync)", "tokembed.shards.prepare", "_write_manifest"),
     ("give memory back (malloc_trim)", "tokembed.shards.units", "trim_heap"),
@@ -336,27 +337,34 @@ def _patched(clock: _StepClock) -> list[tuple]:
     return undo
 
 
-def profile(name: str, backend: str, fmt: str, size_mb: float) -> dict:
+def profile(name: str, backend: str, fmt: str, size_mb: float, repeats: int = 3) -> dict:
     """One worker (in this process) preparing the corpus: the share of each step of its wall and CPU time, by
     timing the functions that do the steps (per part or unit, not per document, so the timing costs nothing
-    measurable; cProfile would inflate every per-call cost)."""
+    measurable; cProfile would inflate every per-call cost). Runs ``repeats`` times, interleaved with the raw
+    tokenizer; shows the run with the least CPU time and the raw tokenizer's best."""
     files = corpora(size_mb)
+    docs = documents(size_mb)
     _prepare_seconds(name, backend, files[fmt], 1)  # the corpus in the page cache, imports done
-    raw_wall, raw_cpu, raw_tokens = _raw(name, backend, documents(size_mb))
-    clock = _StepClock()
-    undo = _patched(clock)
-    try:
-        wall, cpu, tokens, _ = _prepare_seconds(name, backend, files[fmt], 1)
-    finally:
-        for owner, attr, original in reversed(undo):
-            setattr(owner, attr, original)
+    raw_cpu, best = float("inf"), None
+    for _ in range(repeats):
+        raw_cpu = min(raw_cpu, _raw(name, backend, docs)[1])
+        clock = _StepClock()
+        undo = _patched(clock)
+        try:
+            wall, cpu, tokens, _ = _prepare_seconds(name, backend, files[fmt], 1)
+        finally:
+            for owner, attr, original in reversed(undo):
+                setattr(owner, attr, original)
+        if best is None or cpu < best[1]:
+            best = (wall, cpu, tokens, clock)
+    wall, cpu, tokens, clock = best
     rest = "the rest (plan, inputs, identity, lock, plan.json, pool)"
     clock.wall[rest], clock.cpu[rest] = wall - sum(clock.wall.values()), cpu - sum(clock.cpu.values())
     print(
-        f"{name}, {backend}, {fmt}, {size_mb:g} MB, 1 worker: prepare {tokens / wall / 1e6:.2f} M tok/s "
-        f"({wall:.2f} s wall, {cpu:.2f} s CPU); raw tokenizer {raw_tokens / raw_wall / 1e6:.2f} M tok/s "
-        f"({raw_cpu:.2f} s CPU): {raw_cpu / cpu * tokens / raw_tokens:.2f}x raw by CPU time; load "
-        f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
+        f"{name}, {backend}, {fmt}, {size_mb:g} MB, 1 worker, best of {repeats}: prepare {tokens / cpu / 1e6:.2f} M "
+        f"tok/s by CPU ({cpu:.3f} s CPU, {wall:.3f} s wall); raw tokenizer {tokens / raw_cpu / 1e6:.2f} M tok/s "
+        f"({raw_cpu:.3f} s CPU): {raw_cpu / cpu:.2f}x raw by CPU time; load {os.getloadavg()[0]:.1f} on "
+        f"{os.cpu_count()} CPUs"
     )
     print(f"  {'step':<58} {'CPU s':>7} {'share':>6} {'wall s':>7}")
     for step, sec in sorted(clock.cpu.items(), key=lambda kv: -kv[1]):
@@ -377,7 +385,7 @@ def main() -> None:
     args = ap.parse_args()
     size = 4 if args.quick else 20
     if args.profile:
-        profile(args.tokenizer, args.backend, args.format, size)
+        profile(args.tokenizer, args.backend, args.format, size, args.repeats)
         return
     docs = documents(size)
     print(f"{len(docs)} documents, {sum(map(len, docs)) / 1e6:.1f} M characters", flush=True)
