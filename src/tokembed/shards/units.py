@@ -187,14 +187,16 @@ def _head_in_val(head: bytes, val_fraction: float) -> bool:
     return _in_val(head.decode("utf-8", "replace"), val_fraction)
 
 
-TRIM_EVERY = 64 << 20  # input bytes a process handles between two heap trims
+TRIM_EVERY = 16 << 20  # input bytes a process handles between two heap trims (64 MiB: 1.18x the peak at 1 GB / 100 MB)
 
 
 def trim_heap(handled: int) -> None:
     """Give freed heap memory back to the OS once this process has handled `TRIM_EVERY` bytes of input since it last
     did (glibc keeps freed blocks of up to 32 MB in the heap, so without this a long run's resident memory creeps up
     with fragmentation instead of staying flat). Not after every part: the memory given back is faulted in again by
-    the next part's allocations, which cost 18% of a worker's CPU with gigatoken when trimmed per 1 MiB part."""
+    the next part's allocations, which cost 18% of a worker's CPU with gigatoken when trimmed per 1 MiB part
+    (benchmarks/bench_tokenize.py --profile); one 1 GB text document then peaks at 1.10x one of 100 MB, as per part
+    (benchmarks/bench_prepare.py)."""
     global _malloc_trim, _untrimmed
     _untrimmed += handled
     if _untrimmed < TRIM_EVERY:
