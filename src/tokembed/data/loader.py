@@ -602,7 +602,7 @@ def create_dataloader(
     return_documents: bool = False,
     max_documents: int | None = None,
     packing: str | None = None,
-    materialize: bool = False,
+    materialize: bool | None = None,
 ) -> WindowLoader:
     """Batches of the chapter's windows from a shard folder, a token array or a text, at memory speed.
 
@@ -636,7 +636,9 @@ def create_dataloader(
             (best-fit decreasing; ``"first-fit"`` is the baseline). Documents longer than ``max_length`` are cut
             at window boundaries; targets are -100 where nothing is predicted. See `tokembed.data.packing`.
         materialize: with ``packing`` over a shard folder, write the packed windows once into the cache and read
-            them as rows (the speed of sliding windows; as much disk as the split): see `PackedWindows`.
+            them as rows (the speed of sliding windows; as much disk as the split): see `PackedWindows`. None (the
+            default): a local folder's split of up to `tokembed.data.packed.AUTO_MATERIALIZE_TOKENS` tokens is
+            materialized when the cache can be written; False: always gathered. The batches are the same.
 
     Returns:
         A `WindowLoader`: iterate for ``(inputs, targets)``, int64 (B, T) each (or what ``output`` asks for);
@@ -674,7 +676,7 @@ def create_dataloader(
         max_length=max_length, stride=stride, within_documents=within_documents, split=split, verify=verify
     )
     remote = {"storage_options": storage_options, "cache_dir": cache_dir, "cache_bytes": cache_bytes}
-    materialize = check_bool("materialize", materialize)
+    materialize = None if materialize is None else check_bool("materialize", materialize)
     dataset = _dataset(source, packing=packing, materialize=materialize, remote=remote, **options)
     return WindowLoader(dataset, config, rank=rank, world_size=world_size)
 
@@ -688,7 +690,7 @@ def _dataset(
     split: str | None,
     verify: bool,
     packing: str | None,
-    materialize: bool,
+    materialize: bool | None,
     remote: dict[str, Any],
 ) -> SlidingWindowDataset:
     """The windows `create_dataloader` reads: ``source`` itself when it is a dataset, else built from it (``remote``:
