@@ -131,6 +131,7 @@ class PackedWindows(SlidingWindowDataset):
     def __getstate__(self) -> dict:
         state = super().__getstate__()
         state.pop("_stored_pid", None)  # the materialized rows are mapped again in each process
+        state.pop("_segment_table", None)  # made again in each process
         return state
 
     def __repr__(self) -> str:
@@ -310,6 +311,27 @@ class PackedWindows(SlidingWindowDataset):
             "use output='pairs' or output='documents' with packing"
         )
 
+    def _segments(self, k: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Windows ``k``'s segments ``(flat, row, counts)`` as `_select` lays them out, from a table of every
+        window's segment starts made once per process (`_select` of them all, a block at a time; it keeps one
+        int32 per piece and padded window, and one int64 per window)."""
+        pid, table = self.__dict__.get("_segment_table", (None, None))
+        if pid != os.getpid():
+            t, parts, heads = self.max_length, [], [np.zeros(1, dtype=np.int64)]
+            for a in range(0, self.n_windows, 1 << 16):
+                sel = self._select(np.arange(a, min(a + (1 << 16), self.n_windows)))
+                parts.append((sel.flat % t).astype(np.int32))  # each segment's first slot in its window
+                heads.append(sel.seg_head[1:] + heads[-1][-1])
+            table = np.concatenate(heads), np.concatenate(parts)
+            self._segment_table = (os.getpid(), table)
+        head, local = table
+        lo = head[k]
+        counts = head[k + 1] - lo  # (R,) segments per window
+        s = int(counts.sum())
+        row = _arange(len(k)).repeat(counts)  # (S,)
+        at = (lo - (counts.cumsum() - counts)).repeat(counts) + _arange(s)  # (S,) their entries in the table
+        return local[at] + row * self.max_length, row, counts
+
     def _packed_segments(self, k: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, tuple[np.ndarray, ...]]:
         """Inputs, targets (R, T) of windows ``k`` and their segments ``(flat, row, counts)`` (see
         `tokembed.data.batch.DocumentLayout`): one per piece, and a row's padding as one more."""
@@ -327,13 +349,14 @@ class PackedWindows(SlidingWindowDataset):
         buffers: Callable[[tuple[int, int]], tuple[np.ndarray, np.ndarray]] | None = None,
     ) -> Iterator[DocumentBatch]:
         t, step = self.max_length, chunk * batch_size
-        sel = self._select(k)
-        layout = DocumentLayout(sel.segments(t), length=t, batch_size=batch_size, max_documents=max_documents)
+        sel = None if self.materialize else self._select(k)  # the rows read: only the segments are needed
+        segments = self._segments(k) if sel is None else sel.segments(t)
+        layout = DocumentLayout(segments, length=t, batch_size=batch_size, max_documents=max_documents)
         for r0 in range(0, len(k), step):
             r1 = min(r0 + step, len(k))
             shape = (r1 - r0, t)
             out = buffers(shape) if buffers is not None else (np.empty(shape, np.int64), np.empty(shape, np.int64))
-            if self.materialize:
+            if sel is None:
                 inputs, targets = self._gather_stored(k[r0:r1], out)
             else:
                 self._fill(sel, r0, r1, out[0].reshape(-1), out[1].reshape(-1))
