@@ -62,7 +62,9 @@ STATE_FORMAT = "tokembed-loader"
 STATE_VERSION = 1
 _PERM_POSITIONS = 65536  # positions permuted per vectorized call (~0.1 us each; 2 MB of temporaries)
 _CHUNK_TOKENS = 65536  # small batches are gathered together up to this many tokens (2 x 512 KiB of int64)
-_LAYOUT_BATCHES = 64  # batches whose document metadata is computed together (a few KiB per batch)
+# Tokens whose document metadata is laid out together: 256 batches of 8 x 1024 (a few KiB of metadata per batch;
+# fewer per-call costs than 64 batches: ~1 us a batch), and a bounded block of a mixture's packed tokens.
+_LAYOUT_TOKENS = 1 << 21
 
 
 # ------------------------------------------------------------------------------------------- ranks
@@ -260,9 +262,10 @@ class _RankBatches(torch.utils.data.IterableDataset):
         pool = _BufferPool() if info is None else None
         step = max(1, 1024 // (b * per_chunk)) * per_chunk  # batches per block, a multiple of per_chunk
         most = max(per_chunk, _PERM_POSITIONS // b // per_chunk * per_chunk)
-        # Document metadata is laid out for up to _LAYOUT_BATCHES batches at once (numpy's per-call costs spread
+        # Document metadata is laid out for up to _LAYOUT_TOKENS tokens at once (numpy's per-call costs spread
         # over them), their tokens still gathered per_chunk batches at a time.
-        per_call = per_chunk if self.output != "documents" else max(per_chunk, _LAYOUT_BATCHES // per_chunk * per_chunk)
+        layout = _LAYOUT_TOKENS // (b * self.dataset.max_length) // per_chunk * per_chunk
+        per_call = per_chunk if self.output != "documents" else max(per_chunk, layout)
         if getattr(self.dataset, "streamed", False):
             per_call = per_chunk  # one batch's remote blocks pinned at a time
         order = streaming.follow(self.dataset, self.epoch, ts, workers=nw if info else 0)  # remote sources only
