@@ -62,6 +62,15 @@ def _cache_dir(tmp_path_factory):
         os.environ["TOKEMBED_CACHE_DIR"] = old
 
 
+@pytest.fixture(autouse=True)
+def _no_loss_png(request, monkeypatch):
+    """Speed: a checkpoint's ``loss.png`` (matplotlib: ~70 ms a checkpoint, half of a tiny run's time) is drawn
+    only in tests marked ``loss_png``, the ones that look at it; every other file of a checkpoint is written as
+    always. Runs in a subprocess (``python -m tokembed train``) draw it too."""
+    if request.node.get_closest_marker("loss_png") is None and "tokembed.model.checkpoint" in sys.modules:
+        monkeypatch.setattr("tokembed.model.checkpoint.write_loss_png", lambda log, path: False)
+
+
 ROOT = Path(__file__).resolve().parents[1]
 # Resolved: a checkout whose ../shared is a link records the same absolute paths as one beside the real folder.
 SHARED = (ROOT.parent / "shared").resolve()

@@ -65,6 +65,7 @@ def test_text_files_hold_out_their_last_tenth(story):
     assert data.train.tolist() == ids[:cut].tolist() and data.val.tolist() == ids[cut:].tolist()
 
 
+@pytest.mark.loss_png  # conftest draws loss.png only where a test looks at it
 def test_checkpoint_layout_and_round_trip(tmp_path):
     result = train(cfg(tmp_path), TINY, progress=False)
     ckpt = tmp_path / "run"
