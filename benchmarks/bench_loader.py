@@ -19,8 +19,9 @@
    phase changes fall inside the timed batches (``--mixture-only``: just these, to results/loader-mixture.json);
    by wall-clock and by CPU time (``time.process_time``, which the other jobs of a shared machine disturb less).
    And at 8 x 1024, in turns in the same run: ``return_documents=True`` (document metadata),
-   ``packing="best-fit"`` (with and without metadata; gathered from the shards, and ``materialize=True``: the
-   packed windows written once to the cache, read as rows) and ``output="rows"`` against plain windows; and the
+   ``packing="best-fit"`` (with and without metadata; by default the packed windows are written once to the
+   cache and read as rows, and ``materialize=False`` gathers them from the shards) and ``output="rows"``
+   against plain windows; what materializing costs once (CPU seconds, in epochs of gathered packing); and the
    padding share of best-fit decreasing against first-fit on the corpus's documents at 256, 1024 and 4096
    tokens per window (``--documents-only``: just these, to results/loader-documents.json).
 2. ``tokembed.create_dataloader_v1`` (the drop-in) against the book's code: construction time and peak
@@ -312,12 +313,42 @@ def bench_mixture(args, root: Path) -> dict:
 DOCUMENT_MODES = {  # name -> create_dataloader options, against plain windows in the same run
     "plain windows": {},
     "return_documents": {"return_documents": True},
-    "packing best-fit": {"packing": "best-fit"},
-    "packing + documents": {"packing": "best-fit", "return_documents": True},
-    "packing, materialized": {"packing": "best-fit", "materialize": True},
-    "packing + documents, materialized": {"packing": "best-fit", "materialize": True, "return_documents": True},
+    "packing best-fit (default: materialized)": {"packing": "best-fit"},
+    "packing + documents (default: materialized)": {"packing": "best-fit", "return_documents": True},
+    "packing, gathered (materialize=False)": {"packing": "best-fit", "materialize": False},
+    "packing + documents, gathered": {"packing": "best-fit", "materialize": False, "return_documents": True},
     "rows (B, T+1)": {"output": "rows"},
 }
+
+
+def materialize_cost(root: Path, t: int) -> dict:
+    """What the default packing pays once per data (the packed windows written to an empty cache), in CPU seconds
+    and in epochs of gathered packing."""
+    import tempfile
+
+    import tokembed
+    from tokembed.data.packed import PackedWindows
+
+    old = os.environ.get("TOKEMBED_CACHE_DIR")
+    with tempfile.TemporaryDirectory(dir=DATA) as tmp:
+        os.environ["TOKEMBED_CACHE_DIR"] = tmp
+        try:
+            PackedWindows(root, max_length=t, materialize=False)  # the plan, cached: not timed
+            cpu = time.process_time()
+            PackedWindows(root, max_length=t, materialize=True)
+            write = time.process_time() - cpu
+            loader = tokembed.create_dataloader(root, batch_size=8, max_length=t, packing="best-fit", materialize=False)
+            cpu = time.process_time()
+            for _ in loader:
+                pass
+            epoch = time.process_time() - cpu
+        finally:
+            if old is None:
+                del os.environ["TOKEMBED_CACHE_DIR"]
+            else:
+                os.environ["TOKEMBED_CACHE_DIR"] = old
+    print(f"  materializing: {write:.2f} CPU s once, {write / epoch:.1f} epochs of gathered packing", file=sys.stderr)
+    return {"write_cpu_s": write, "gathered_epoch_cpu_s": epoch, "write_in_gathered_epochs": write / epoch}
 
 
 def bench_documents(args, root: Path) -> dict:
@@ -359,7 +390,13 @@ def bench_documents(args, root: Path) -> dict:
             f"  {r['mode']}: {r['tok_s'] / 1e6:.1f} M tok/s, {r['vs_plain']:.2f}x plain ({r['cpu_vs_plain']:.2f}x by CPU time)",
             file=sys.stderr,
         )
-    return {"shape": f"{b} x {t}", "rows": rows, "padding": padding, "user_dataloader": user_dataloader(args, root)}
+    return {
+        "shape": f"{b} x {t}",
+        "rows": rows,
+        "padding": padding,
+        "materialize": materialize_cost(root, t),
+        "user_dataloader": user_dataloader(args, root),
+    }
 
 
 def user_dataloader(args, root: Path) -> dict:
@@ -568,6 +605,13 @@ def report_documents(d: dict | None) -> list[str]:
         f"{r['best_fit_windows']:,} / {r['first_fit_windows']:,} |"
         for r in d["padding"]
     ]
+    m = d.get("materialize")
+    if m:
+        lines += [
+            "",
+            f"Materializing the packed windows (once per data, `max_length` and packer; kept in the cache): "
+            f"{m['write_cpu_s']:.2f} CPU s, {m['write_in_gathered_epochs']:.1f} epochs of gathered packing.",
+        ]
     u = d.get("user_dataloader")
     if u:
         r = u["batches_per_cpu_s"]

@@ -75,6 +75,28 @@ class DocumentBatch:
         return int(self.inputs.shape[0])
 
 
+def _document_batch(
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    position_ids: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    max_seqlen: int,
+    doc_lens: torch.Tensor,
+) -> DocumentBatch:
+    """A `DocumentBatch` of fields the loader made (trusted: nothing to validate), without the frozen dataclass's
+    ``__init__`` (one ``object.__setattr__`` per field: half of what the loader spent on each batch object)."""
+    batch = object.__new__(DocumentBatch)
+    batch.__dict__.update(
+        inputs=inputs,
+        targets=targets,
+        position_ids=position_ids,
+        cu_seqlens=cu_seqlens,
+        max_seqlen=max_seqlen,
+        doc_lens=doc_lens,
+    )
+    return batch
+
+
 @functools.lru_cache(maxsize=8)
 def _arange(n: int, dtype: str = "int64") -> np.ndarray:
     a = np.arange(n, dtype=dtype)
@@ -83,7 +105,10 @@ def _arange(n: int, dtype: str = "int64") -> np.ndarray:
 
 
 def window_segments(
-    starts: np.ndarray, doc_starts: np.ndarray, length: int
+    starts: np.ndarray,
+    doc_starts: np.ndarray,
+    length: int,
+    bounds: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The segments of windows of ``length`` tokens starting at ``starts`` in a stream with documents starting
     at ``doc_starts``, laid out as the rows of one flattened batch.
@@ -92,6 +117,8 @@ def window_segments(
         starts: (R,) int64 global offsets of the windows' first tokens (row ``r`` is window ``starts[r]``).
         doc_starts: (D,) int64 sorted global offsets of every document start.
         length: tokens per window (``T``).
+        bounds: ``(lo, hi)`` (R,) each when known (a dataset's table of its windows): the index of the first
+            document start after each window's first token, and of the first at or after its end; else searched.
 
     Returns:
         ``(flat, row, counts)``: (S,) int64 where each segment starts in the flattened (R*T,) batch, sorted
@@ -100,8 +127,10 @@ def window_segments(
     """
     # ndarray methods rather than np.* functions: a batch's layout is ~20 calls on small arrays, where
     # numpy's Python-level wrappers would cost as much as the work.
-    lo = doc_starts.searchsorted(starts, side="right")  # (R,) first document start after the window's
-    counts = doc_starts.searchsorted(starts + length, side="left") - lo + 1  # (R,) 1 + document starts inside
+    if bounds is None:
+        bounds = doc_starts.searchsorted(starts, side="right"), doc_starts.searchsorted(starts + length, side="left")
+    lo = bounds[0]  # (R,) first document start after the window's first token
+    counts = bounds[1] - lo + 1  # (R,) 1 + document starts inside
     heads = _arange(len(starts)) * length  # (R,) where each row starts in the flattened batch
     s = int(counts.sum())
     if s == len(starts):  # no document starts inside any window: one segment per row
@@ -115,23 +144,15 @@ def window_segments(
     return flat, row, counts
 
 
-@functools.lru_cache(maxsize=8)
-def _batch_arange(n: int, size: int) -> np.ndarray:
-    """``0 .. size-1`` ``n`` times over, int32: each token's place in its batch, for ``n`` batches of ``size``."""
-    a = np.tile(np.arange(size, dtype=np.int32), n)
-    a.flags.writeable = False
-    return a
-
-
 class DocumentLayout:
     """The document metadata of K batches (``batch_size`` rows of ``length`` tokens each), computed together.
 
     Made from the batches' segments (`window_segments`, or a packed dataset's) in a fixed number of numpy
     calls for all K batches: the segment lengths, every batch's ``cu_seqlens`` and ``doc_lens`` end to end,
     each batch's longest segment. `batches` then makes `DocumentBatch` es from the tokens of a few of them,
-    computing their ``position_ids`` (the only per-token work: a repeat and a subtraction) and taking the
-    rest as contiguous slices. Splitting the two keeps numpy's per-call costs off each batch while the
-    token arrays stay small (in cache).
+    computing their ``position_ids`` (the only per-token work: a repeat and a subtraction, against one
+    batch's ``arange``) and taking the rest as contiguous slices. Splitting the two keeps numpy's per-call
+    costs off each batch while the token arrays stay small (in cache).
 
     Args:
         segments: ``(flat, row, counts)``: (S,) sorted segment starts in the flattened (K*B*T,) batches, every
@@ -158,56 +179,60 @@ class DocumentLayout:
         np.subtract(flat[1:], flat[:-1], out=self.lens[:-1])
         self.lens[-1] = k * bt - flat[-1]
         per_row = counts.reshape(k, b)
-        self.per_batch = per_row.sum(axis=1)  # (K,) segments per batch
+        per_batch = per_row.sum(axis=1)  # (K,) segments per batch
         self.first = np.zeros(k + 1, dtype=np.int64)  # (K+1,) each batch's first segment, then S
-        self.per_batch.cumsum(out=self.first[1:])
+        per_batch.cumsum(out=self.first[1:])
         batch = row // b  # (S,) the batch of each segment
         self.local = (flat - batch * bt).astype(np.int32)  # (S,) segment starts in their batch's (B*T,) tokens
+        self.too_many: tuple[int, int] | None = None  # (first batch over max_documents, its segments)
+        if max_documents is not None and int(per_batch.max()) > max_documents:
+            j = int(np.flatnonzero(per_batch > max_documents)[0])
+            self.too_many = (j, int(per_batch[j]))
         # cu_seqlens of every batch end to end: its segments' starts, then b*t (its end; repeated: padding).
-        cu_len = self.per_batch + 1 if max_documents is None else np.maximum(self.per_batch + 1, max_documents + 1)
-        self.cu_end = cu_len.cumsum().tolist()  # (K,) where each batch's entries end
-        self.cu = np.full(self.cu_end[-1], bt, dtype=np.int32)
+        cu_len = per_batch + 1 if max_documents is None else np.maximum(per_batch + 1, max_documents + 1)
+        cu = np.full(int(cu_len.sum()), bt, dtype=np.int32)
         # Batch j's entries begin j places after its first segment's index (one end entry per batch before it),
         # or, padded, at j * (max_documents + 1).
         shift = batch if max_documents is None else (np.cumsum(cu_len) - cu_len - self.first[:-1])[batch]
-        self.cu[_arange(s) + shift] = self.local
+        cu[_arange(s) + shift] = self.local
         # doc_lens of every batch end to end, each (B, width) row-major: a row's segment lengths, then zeros.
         width = per_row.max(axis=1) if max_documents is None else np.maximum(per_row.max(axis=1), max_documents)
         gap = width.repeat(b) - counts  # (K*B,) zeros after each row's segments
-        self.doc_lens = np.zeros(int(width.sum()) * b, dtype=np.int32)
-        self.doc_lens[_arange(s) + (gap.cumsum() - gap)[row]] = self.lens
-        self.width, self.dl_end = width.tolist(), (width * b).cumsum().tolist()
+        doc_lens = np.zeros(int(width.sum()) * b, dtype=np.int32)
+        doc_lens[_arange(s) + (gap.cumsum() - gap)[row]] = self.lens
+        # Where each batch's entries begin and end in the two (plain lists: read once per batch).
+        self.cu, self.cu_at = cu, [0, *cu_len.cumsum().tolist()]
+        self.doc_lens, self.width, self.dl_at = doc_lens, width.tolist(), [0, *(width * b).cumsum().tolist()]
         self.longest = np.maximum.reduceat(self.lens, self.first[:-1]).tolist()  # (K,)
 
     def batches(self, inputs: torch.Tensor, targets: torch.Tensor, first: int) -> list[DocumentBatch]:
-        """Batches ``first, first + 1, ...`` of the layout, given their (n*B, T) ``inputs`` and ``targets``."""
+        """Batches ``first, first + 1, ...`` of the layout, given their (n*B, T) contiguous ``inputs`` and
+        ``targets``."""
         b, t = self.b, self.t
         n = inputs.shape[0] // b
+        if self.too_many is not None and first <= self.too_many[0] < first + n:
+            raise ValueError(
+                f"a batch holds {self.too_many[1]} document pieces, more than max_documents={self.max_documents}; "
+                f"raise max_documents (at most batch_size x max_length = {b * t} pieces fit in a batch) or leave it out"
+            )
         s0, s1 = int(self.first[first]), int(self.first[first + n])
         # int32 positions: < T <= 2**31, half of int64's bytes; nn.Embedding, RoPE tables, HF and torchtitan take them.
-        position_ids = self.local[s0:s1].repeat(self.lens[s0:s1])  # (n*B*T,) each token's segment start ...
-        np.subtract(_batch_arange(n, b * t), position_ids, out=position_ids)  # ... and its distance from it
-        x, y, pos = inputs.numpy(), targets.numpy(), position_ids.reshape(n * b, t)
-        out = []
-        for i in range(n):
-            j = first + i
-            if self.max_documents is not None and self.per_batch[j] > self.max_documents:
-                raise ValueError(
-                    f"a batch holds {int(self.per_batch[j])} document pieces, more than max_documents={self.max_documents}; "
-                    f"raise max_documents (at most batch_size x max_length = {b * t} pieces fit in a batch) or leave it out"
-                )
-            r, w, d0 = slice(i * b, (i + 1) * b), self.width[j], (self.dl_end[j - 1] if j else 0)
-            out.append(
-                DocumentBatch(  # numpy slices, then from_numpy: ~0.5 us a tensor, less than torch's own views
-                    inputs=torch.from_numpy(x[r]),
-                    targets=torch.from_numpy(y[r]),
-                    position_ids=torch.from_numpy(pos[r]),
-                    cu_seqlens=torch.from_numpy(self.cu[(self.cu_end[j - 1] if j else 0) : self.cu_end[j]]),
-                    max_seqlen=self.longest[j],
-                    doc_lens=torch.from_numpy(self.doc_lens[d0 : d0 + w * b].reshape(b, w)),
-                )
+        pos = self.local[s0:s1].repeat(self.lens[s0:s1])  # (n*B*T,) each token's segment start ...
+        np.subtract(_arange(b * t, "int32"), pos.reshape(n, b * t), out=pos.reshape(n, b * t))  # ... its distance
+        x, y, pos, tensor = inputs.numpy(), targets.numpy(), pos.reshape(n * b, t), torch.from_numpy
+        cu, cu_at, dl, dl_at, width, longest = self.cu, self.cu_at, self.doc_lens, self.dl_at, self.width, self.longest
+        # numpy slices, then from_numpy: ~0.6 us a tensor, less than torch's own views (split, unbind)
+        return [
+            _document_batch(
+                tensor(x[r : r + b]),
+                tensor(y[r : r + b]),
+                tensor(pos[r : r + b]),
+                tensor(cu[cu_at[j] : cu_at[j + 1]]),
+                longest[j],
+                tensor(dl[dl_at[j] : dl_at[j + 1]].reshape(b, width[j])),
             )
-        return out
+            for r, j in zip(range(0, n * b, b), range(first, first + n))
+        ]
 
 
 def document_batch(

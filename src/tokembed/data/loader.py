@@ -62,7 +62,9 @@ STATE_FORMAT = "tokembed-loader"
 STATE_VERSION = 1
 _PERM_POSITIONS = 65536  # positions permuted per vectorized call (~0.1 us each; 2 MB of temporaries)
 _CHUNK_TOKENS = 65536  # small batches are gathered together up to this many tokens (2 x 512 KiB of int64)
-_LAYOUT_BATCHES = 64  # batches whose document metadata is computed together (a few KiB per batch)
+# Tokens whose document metadata is laid out together: 256 batches of 8 x 1024 (a few KiB of metadata per batch;
+# fewer per-call costs than 64 batches: ~1 us a batch), and a bounded block of a mixture's packed tokens.
+_LAYOUT_TOKENS = 1 << 21
 
 
 # ------------------------------------------------------------------------------------------- ranks
@@ -260,9 +262,10 @@ class _RankBatches(torch.utils.data.IterableDataset):
         pool = _BufferPool() if info is None else None
         step = max(1, 1024 // (b * per_chunk)) * per_chunk  # batches per block, a multiple of per_chunk
         most = max(per_chunk, _PERM_POSITIONS // b // per_chunk * per_chunk)
-        # Document metadata is laid out for up to _LAYOUT_BATCHES batches at once (numpy's per-call costs spread
+        # Document metadata is laid out for up to _LAYOUT_TOKENS tokens at once (numpy's per-call costs spread
         # over them), their tokens still gathered per_chunk batches at a time.
-        per_call = per_chunk if self.output != "documents" else max(per_chunk, _LAYOUT_BATCHES // per_chunk * per_chunk)
+        layout = _LAYOUT_TOKENS // (b * self.dataset.max_length) // per_chunk * per_chunk
+        per_call = per_chunk if self.output != "documents" else max(per_chunk, layout)
         if getattr(self.dataset, "streamed", False):
             per_call = per_chunk  # one batch's remote blocks pinned at a time
         order = streaming.follow(self.dataset, self.epoch, ts, workers=nw if info else 0)  # remote sources only
@@ -602,7 +605,7 @@ def create_dataloader(
     return_documents: bool = False,
     max_documents: int | None = None,
     packing: str | None = None,
-    materialize: bool = False,
+    materialize: bool | None = None,
 ) -> WindowLoader:
     """Batches of the chapter's windows from a shard folder, a token array or a text, at memory speed.
 
@@ -636,7 +639,9 @@ def create_dataloader(
             (best-fit decreasing; ``"first-fit"`` is the baseline). Documents longer than ``max_length`` are cut
             at window boundaries; targets are -100 where nothing is predicted. See `tokembed.data.packing`.
         materialize: with ``packing`` over a shard folder, write the packed windows once into the cache and read
-            them as rows (the speed of sliding windows; as much disk as the split): see `PackedWindows`.
+            them as rows (the speed of sliding windows; as much disk as the split): see `PackedWindows`. None (the
+            default): a local folder's split of up to `tokembed.data.packed.AUTO_MATERIALIZE_TOKENS` tokens is
+            materialized when the cache can be written; False: always gathered. The batches are the same.
 
     Returns:
         A `WindowLoader`: iterate for ``(inputs, targets)``, int64 (B, T) each (or what ``output`` asks for);
@@ -674,7 +679,7 @@ def create_dataloader(
         max_length=max_length, stride=stride, within_documents=within_documents, split=split, verify=verify
     )
     remote = {"storage_options": storage_options, "cache_dir": cache_dir, "cache_bytes": cache_bytes}
-    materialize = check_bool("materialize", materialize)
+    materialize = None if materialize is None else check_bool("materialize", materialize)
     dataset = _dataset(source, packing=packing, materialize=materialize, remote=remote, **options)
     return WindowLoader(dataset, config, rank=rank, world_size=world_size)
 
@@ -688,7 +693,7 @@ def _dataset(
     split: str | None,
     verify: bool,
     packing: str | None,
-    materialize: bool,
+    materialize: bool | None,
     remote: dict[str, Any],
 ) -> SlidingWindowDataset:
     """The windows `create_dataloader` reads: ``source`` itself when it is a dataset, else built from it (``remote``:

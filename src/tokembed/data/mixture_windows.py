@@ -76,7 +76,8 @@ class MixtureWindows(SlidingWindowDataset):
         if packing is None:
             self.sources = [SlidingWindowDataset(p, **kw) for p in mixture.paths]
         else:  # the schedule draws packed windows of each source, exactly as it draws sliding ones
-            self.sources = [PackedWindows(p, packing=packing, **kw) for p in mixture.paths]
+            # Gathered, never materialized (create_dataloader refuses materialize=True for a mixture).
+            self.sources = [PackedWindows(p, packing=packing, materialize=False, **kw) for p in mixture.paths]
         first = self.sources[0]
         self.max_length, self.stride, self.within_documents = first.max_length, first.stride, first.within_documents
         self.source_kind = "mixture"
@@ -286,6 +287,10 @@ class MixtureWindows(SlidingWindowDataset):
         segments = (flat, row, np.bincount(row, minlength=len(codes)))
         layout = DocumentLayout(segments, length=t, batch_size=batch_size, max_documents=max_documents)
         yield from layout.batches(torch.from_numpy(x), torch.from_numpy(y), 0)
+
+    def _window_bounds(self, codes: np.ndarray) -> None:
+        """No table: coded windows are searched per batch (`SlidingWindowDataset._window_bounds`)."""
+        return None
 
     def _gather_rows(self, codes: np.ndarray) -> torch.Tensor:
         if self.packing is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import os
 import zipfile
 from collections.abc import Callable, Iterator
@@ -27,7 +28,15 @@ from tokembed.data.packing import PackingPlan, cached_plan, check_packer, plan_k
 from tokembed.data.windows import SlidingWindowDataset, WindowSource, _split_rows
 from tokembed.shards.reader import ShardSet
 
-__all__ = ["PackedWindows"]
+__all__ = ["AUTO_MATERIALIZE_TOKENS", "PackedWindows"]
+
+_log = logging.getLogger(__name__)
+
+# The largest split `PackedWindows` materializes by itself (materialize=None): 2**28 tokens, 512 MiB of uint16 rows in
+# the cache. Writing them costs about two epochs of gathering, once (~5 s at this size; benchmarks/bench_loader.py);
+# every epoch after reads them ~3x faster, and every later run on the same data (the file is keyed by the data's
+# sha256s) from its first batch. Larger splits are gathered unless materialize=True asks for the disk.
+AUTO_MATERIALIZE_TOKENS = 1 << 28
 
 
 @functools.lru_cache(maxsize=4)
@@ -51,7 +60,8 @@ class PackedWindows(SlidingWindowDataset):
         materialize: (shard folders) write the packed windows' tokens once into the cache beside the plan, as
             rows of ``max_length + 1`` tokens (as much disk as the split's tokens), and read them as sliding
             windows are read: one row index per batch, several times faster than gathering the pieces. The
-            batches are the same either way.
+            batches are the same either way. None (the default): materialize a local folder's split of at most
+            `AUTO_MATERIALIZE_TOKENS` tokens when the cache can be written, else gather; False: always gather.
 
     Attributes:
         plan: the `PackingPlan`; ``plan.stats()`` gives the padding share.
@@ -67,13 +77,14 @@ class PackedWindows(SlidingWindowDataset):
         *,
         max_length: int,
         packing: str = "best-fit",
-        materialize: bool = False,
+        materialize: bool | None = None,
         stride: int | None = None,
         within_documents: bool = False,
         **options,
     ) -> None:
         self.packing = check_packer(packing)
-        self.materialize = check_bool("materialize", materialize)
+        self._materialize_asked = None if materialize is None else check_bool("materialize", materialize)
+        self.materialize = bool(self._materialize_asked)  # decided (None: automatically) once the plan is known
         if stride is not None or within_documents:
             raise ValueError(
                 f"{'stride' if stride is not None else 'within_documents'} does not apply to packed windows "
@@ -88,6 +99,8 @@ class PackedWindows(SlidingWindowDataset):
             self.plan: PackingPlan = cached_plan(
                 self._data_key, self.document_starts, self.n_tokens, max_length=self.max_length, packer=self.packing
             )
+            if self._materialize_asked is None:  # automatic: a local split small enough, when the cache takes it
+                self.materialize = not self.streamed and self.n_tokens <= AUTO_MATERIALIZE_TOKENS
         else:
             if self.materialize:
                 raise ValueError(
@@ -102,11 +115,23 @@ class PackedWindows(SlidingWindowDataset):
         self.n_documents = self.plan.n_documents
         self.pad_token = 0 if self.eot_token is None else int(self.eot_token)
         if self.materialize:
-            self._stored_files()  # written now when absent: the first epoch reads at full speed too
+            self._materialize()
+
+    def _materialize(self) -> None:
+        """The packed windows written to the cache now when absent (the first epoch reads at full speed too).
+        Automatic (``materialize=None``): a cache that cannot be written leaves them gathered (the same batches)."""
+        try:
+            self._stored_files()
+        except OSError as e:
+            if self._materialize_asked is not None:
+                raise
+            _log.info("packed windows gathered from the shards: the cache could not take them (%s)", e)
+            self.materialize = False
 
     def __getstate__(self) -> dict:
         state = super().__getstate__()
         state.pop("_stored_pid", None)  # the materialized rows are mapped again in each process
+        state.pop("_segment_table", None)  # made again in each process
         return state
 
     def __repr__(self) -> str:
@@ -228,7 +253,10 @@ class PackedWindows(SlidingWindowDataset):
             return stored
         _, stem = plan_key(self._data_key, self.n_tokens, max_length=self.max_length, packer=self.packing)
         w, t = self.n_windows, self.max_length
-        rows_path, ignore_path = Path(f"{stem}.rows-{np.dtype(self.dtype).name}"), Path(f"{stem}.ignore.npz")
+        rows_path, ignore_path = (
+            Path(f"{stem}.rows-{np.dtype(self.dtype).name}"),
+            Path(f"{stem}.ignored"),
+        )  # an npz (not named .npz: the plans are)
         ignore = _read_ignore(ignore_path, w)
         if ignore is None or not rows_path.exists() or rows_path.stat().st_size != w * (t + 1) * self.dtype.itemsize:
             ignore = self._write_stored(rows_path, ignore_path)
@@ -283,6 +311,27 @@ class PackedWindows(SlidingWindowDataset):
             "use output='pairs' or output='documents' with packing"
         )
 
+    def _segments(self, k: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Windows ``k``'s segments ``(flat, row, counts)`` as `_select` lays them out, from a table of every
+        window's segment starts made once per process (`_select` of them all, a block at a time; it keeps one
+        int32 per piece and padded window, and one int64 per window)."""
+        pid, table = self.__dict__.get("_segment_table", (None, None))
+        if pid != os.getpid():
+            t, parts, heads = self.max_length, [], [np.zeros(1, dtype=np.int64)]
+            for a in range(0, self.n_windows, 1 << 16):
+                sel = self._select(np.arange(a, min(a + (1 << 16), self.n_windows)))
+                parts.append((sel.flat % t).astype(np.int32))  # each segment's first slot in its window
+                heads.append(sel.seg_head[1:] + heads[-1][-1])
+            table = np.concatenate(heads), np.concatenate(parts)
+            self._segment_table = (os.getpid(), table)
+        head, local = table
+        lo = head[k]
+        counts = head[k + 1] - lo  # (R,) segments per window
+        s = int(counts.sum())
+        row = _arange(len(k)).repeat(counts)  # (S,)
+        at = (lo - (counts.cumsum() - counts)).repeat(counts) + _arange(s)  # (S,) their entries in the table
+        return local[at] + row * self.max_length, row, counts
+
     def _packed_segments(self, k: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, tuple[np.ndarray, ...]]:
         """Inputs, targets (R, T) of windows ``k`` and their segments ``(flat, row, counts)`` (see
         `tokembed.data.batch.DocumentLayout`): one per piece, and a row's padding as one more."""
@@ -300,13 +349,14 @@ class PackedWindows(SlidingWindowDataset):
         buffers: Callable[[tuple[int, int]], tuple[np.ndarray, np.ndarray]] | None = None,
     ) -> Iterator[DocumentBatch]:
         t, step = self.max_length, chunk * batch_size
-        sel = self._select(k)
-        layout = DocumentLayout(sel.segments(t), length=t, batch_size=batch_size, max_documents=max_documents)
+        sel = None if self.materialize else self._select(k)  # the rows read: only the segments are needed
+        segments = self._segments(k) if sel is None else sel.segments(t)
+        layout = DocumentLayout(segments, length=t, batch_size=batch_size, max_documents=max_documents)
         for r0 in range(0, len(k), step):
             r1 = min(r0 + step, len(k))
             shape = (r1 - r0, t)
             out = buffers(shape) if buffers is not None else (np.empty(shape, np.int64), np.empty(shape, np.int64))
-            if self.materialize:
+            if sel is None:
                 inputs, targets = self._gather_stored(k[r0:r1], out)
             else:
                 self._fill(sel, r0, r1, out[0].reshape(-1), out[1].reshape(-1))

@@ -135,6 +135,7 @@ def collate_windows(batch):
 # GPT2_EOT (from the gpt2 definition): the document separator in token arrays without an index or tokenizer.
 
 
+_BOUNDS_BYTES = 64 << 20  # the most a dataset's table of its windows' document bounds takes (`_window_bounds`)
 _PATH_SUFFIXES = (".bin", ".idx", ".json", ".jsonl", ".txt", ".md", ".npy", ".gz")
 
 
@@ -405,6 +406,7 @@ class SlidingWindowDataset(Dataset):
         state = self.__dict__.copy()
         state.pop("_row_views", None)  # strided views of memory maps are rebuilt in each process
         state.pop("_doc_index", None)  # read again in each process
+        state.pop("_bounds", None)
         state["_doc_starts_fn"] = None
         a = self._array
         if isinstance(a, np.memmap) and a.filename is not None and type(a.base).__name__ == "mmap":
@@ -610,7 +612,7 @@ class SlidingWindowDataset(Dataset):
         """Windows ``k`` (K*B,) as K `DocumentBatch` es of ``batch_size``: their layout computed together, their
         tokens gathered ``chunk`` batches at a time (into ``buffers(shape)`` when given: the loader's pool)."""
         starts = self._window_starts(k)  # (K*B,)
-        segments = window_segments(starts, self.document_starts(), self.max_length)
+        segments = window_segments(starts, self.document_starts(), self.max_length, self._window_bounds(k))
         layout = DocumentLayout(segments, length=self.max_length, batch_size=batch_size, max_documents=max_documents)
         step = chunk * batch_size
         for i in range(0, len(starts), step):
@@ -618,6 +620,21 @@ class SlidingWindowDataset(Dataset):
             out = None if buffers is None else buffers((len(part), self.max_length))
             inputs, targets = _split_rows(self._rows(part), out)
             yield from layout.batches(inputs, targets, i // batch_size)
+
+    def _window_bounds(self, k: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """Windows ``k``'s document bounds for `window_segments` (the first document start after each window's
+        first token, the first at or after its end), read from a table of every window's made once per process;
+        None (searched per batch) where the table would weigh more than 64 MiB or an eighth of the tokens."""
+        pid, table = self.__dict__.get("_bounds", (None, None))
+        if pid != os.getpid():
+            n, d = len(self), self.document_starts()
+            table = None
+            if n * 8 <= min(_BOUNDS_BYTES, self.n_tokens * self.dtype.itemsize // 8) and len(d) < 2**31:
+                starts = self._starts(np.arange(n, dtype=np.int64))  # sorted: each search is a merge
+                lo = d.searchsorted(starts, side="right").astype(np.int32)
+                table = lo, d.searchsorted(starts + self.max_length, side="left").astype(np.int32)
+            self._bounds = (os.getpid(), table)
+        return None if table is None else (table[0][k], table[1][k])
 
     def document_starts(self) -> np.ndarray:
         """Where every document starts, in the coordinate of `starts`: sorted int64 (D,), cached per process.

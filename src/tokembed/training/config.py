@@ -66,7 +66,9 @@ class TrainConfig:
             None: sliding windows over the token stream (the chapter's).
         materialize_packing: with ``packing`` over a shard folder, write the packed windows once into the
             cache and read them as rows (`tokembed.data.packed.PackedWindows`, ``materialize``): the same
-            batches, read several times faster, for as much disk as the split's tokens.
+            batches, read several times faster, for as much disk as the split's tokens. None (the default): the
+            loader's choice (a local split of up to 2**28 tokens is materialized when the cache can be written);
+            False: always gathered.
     """
 
     data: str | dict
@@ -92,7 +94,7 @@ class TrainConfig:
     tokenizer: str | None = None
     global_batch_size: int | None = None
     packing: str | None = None
-    materialize_packing: bool = False
+    materialize_packing: bool | None = None
 
     def __post_init__(self) -> None:
         # absolute paths (eval and resume work from any folder), or a mixture's spec
@@ -127,7 +129,8 @@ class TrainConfig:
                     f"stride={self.stride} does not apply with packing={self.packing!r} (each window holds whole "
                     "documents from its first slot); leave stride out"
                 )
-        check_bool("materialize_packing", self.materialize_packing)
+        if self.materialize_packing is not None:
+            check_bool("materialize_packing", self.materialize_packing)
         if self.materialize_packing and self.packing is None:
             raise ValueError("materialize_packing=True applies with packing (it stores packed windows); give packing")
         object.__setattr__(self, "warmup_steps", check_int("warmup_steps", self.warmup_steps, min=0, noun="an integer"))

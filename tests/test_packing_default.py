@@ -1,0 +1,124 @@
+"""Packing's default (materialize=None): a small local split is materialized by itself, everything else gathered,
+and the batches are the same either way; the loader's per-process tables (windows' document bounds, packed
+windows' segments) give what the per-batch searches give.
+
+Two implementations against each other: the materialized rows against the gathered pieces (`PackedWindows._fill`,
+itself checked against the plan in tests/test_packing.py), the tables against the searches they replace (the
+metadata itself is checked against the shards' index in tests/test_documents.py).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+import torch
+
+import tokembed
+from handmade_shards import write_cut_stream
+from tokembed.data import packed, windows
+from tokembed.data.packed import PackedWindows
+
+
+def documents(seed: int, n: int = 150) -> list[list[int]]:
+    rng = np.random.default_rng(seed)
+    lengths = np.concatenate([rng.integers(1, 40, n), [90, 33]])  # two longer than a window of 32: cut
+    docs, pos = [], 0
+    for length in lengths.tolist():
+        docs.append(list(range(pos, pos + length)))
+        pos += length + 1
+    return docs
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("TOKEMBED_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache" / "packing"
+
+
+@pytest.fixture
+def folder(tmp_path):
+    root = tmp_path / "f"
+    write_cut_stream(root, documents(3), cuts=[700, 1900, 1901])  # documents cross shards
+    return root
+
+
+def fields(batch):
+    """A batch's tensors and numbers: a pair, or a DocumentBatch's fields in order."""
+    return tuple(batch) if isinstance(batch, tuple) else tuple(vars(batch).values())
+
+
+def same_batches(a, b):
+    a, b = list(a), list(b)
+    assert len(a) == len(b) > 5
+    for x, y in zip(a, b, strict=True):
+        for u, v in zip(fields(x), fields(y), strict=True):
+            assert u == v if isinstance(u, int) else torch.equal(u, v)
+
+
+def stored_files(cache):
+    return sorted(p.name.split(".", 1)[1] for p in cache.iterdir() if not p.name.endswith(".npz"))
+
+
+@pytest.mark.parametrize("output", ["pairs", "documents"])
+def test_a_small_local_split_is_materialized_by_default_with_the_same_batches(folder, cache, output):
+    kw = dict(batch_size=3, max_length=32, packing="best-fit", seed=4, output=output)
+    default = tokembed.create_dataloader(folder, **kw)
+    assert default.dataset.materialize is True
+    assert stored_files(cache) == ["ignored", "rows-uint16"]
+    gathered = tokembed.create_dataloader(folder, materialize=False, **kw)
+    assert gathered.dataset.materialize is False
+    same_batches(default, gathered)
+    assert PackedWindows(folder, max_length=32).materialize is True  # the dataset's own default too
+
+
+def test_a_split_over_the_limit_an_array_and_a_mixture_are_gathered(folder, cache, tmp_path, monkeypatch):
+    monkeypatch.setattr(packed, "AUTO_MATERIALIZE_TOKENS", 100)
+    assert PackedWindows(folder, max_length=32).materialize is False
+    assert PackedWindows(folder, max_length=32, materialize=True).materialize is True  # asked: any size
+    monkeypatch.setattr(packed, "AUTO_MATERIALIZE_TOKENS", 1 << 28)
+    stream = np.concatenate([np.append(np.asarray(d), 0) for d in documents(5)])
+    assert PackedWindows(stream, max_length=32, eot_token=0).materialize is False
+    other = tmp_path / "g"
+    write_cut_stream(other, documents(6), cuts=[500])
+    for name in list(cache.iterdir()):
+        name.unlink()
+    mix = tokembed.create_dataloader(
+        tokembed.Mixture({folder: 0.5, other: 0.5}, seed=1), batch_size=2, max_length=32, packing="best-fit"
+    )
+    assert all(s.materialize is False for s in mix.dataset.sources) and stored_files(cache) == []
+
+
+def test_an_unwritable_cache_leaves_the_default_gathered_and_the_same(folder, tmp_path, monkeypatch, caplog):
+    want = list(tokembed.create_dataloader(folder, batch_size=2, max_length=32, packing="best-fit", materialize=False))
+    (tmp_path / "file").write_text("not a folder")
+    monkeypatch.setenv("TOKEMBED_CACHE_DIR", str(tmp_path / "file"))
+    with pytest.warns(UserWarning, match="the packing plan was not cached"), caplog.at_level(logging.INFO):
+        loader = tokembed.create_dataloader(folder, batch_size=2, max_length=32, packing="best-fit")
+    assert loader.dataset.materialize is False
+    assert "packed windows gathered from the shards: the cache could not take them" in caplog.text
+    same_batches(loader, want)
+    with pytest.warns(UserWarning), pytest.raises(OSError):  # asked for: the error is the user's to see
+        PackedWindows(folder, max_length=32, materialize=True)
+
+
+@pytest.mark.parametrize("stride", [None, 8, 40])
+@pytest.mark.parametrize("within_documents", [False, True])
+def test_the_windows_bounds_table_gives_what_the_searches_give(folder, monkeypatch, stride, within_documents):
+    kw = dict(batch_size=3, max_length=32, stride=stride, within_documents=within_documents, seed=2)
+    table = tokembed.create_dataloader(folder, return_documents=True, **kw)
+    if stride is None:  # one window per 32 tokens: the table is small enough to keep
+        ds = table.dataset
+        assert ds._window_bounds(np.arange(len(ds))) is not None
+    monkeypatch.setattr(windows, "_BOUNDS_BYTES", 0)  # no table: searched per batch
+    searched = tokembed.create_dataloader(folder, return_documents=True, **kw)
+    assert searched.dataset._window_bounds(np.arange(3)) is None
+    same_batches(table, searched)
+
+
+def test_materialized_segments_are_the_selections(folder, cache):
+    ds = PackedWindows(folder, max_length=32, materialize=True)
+    k = np.random.default_rng(0).permutation(len(ds))
+    for got, want in zip(ds._segments(k), ds._select(k).segments(32), strict=True):
+        assert np.array_equal(got, want)
