@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import tokembed
-from tokembed import TrainConfig, train
+from tokembed import GPTConfig, TrainConfig, train
 from tokembed.storage.options import set_remote_defaults
 
 pytestmark = pytest.mark.slow
@@ -25,10 +25,10 @@ def _cfg(data, out: Path, **kw) -> TrainConfig:
 def folders(story, s3, tmp_path):
     src = tmp_path / "story.txt"
     src.write_text(story * 2)
-    local = tmp_path / "local"  # bytes (257 ids): reading remotely is what is tested, and a small table trains fast
-    tokembed.prepare_corpus([src], local, val_fraction=0.2, workers=1, tokenizer="bytes")
+    local = tmp_path / "local"
+    tokembed.prepare_corpus([src], local, val_fraction=0.2, workers=1)
     url = s3.url("train")
-    tokembed.prepare_corpus([src], url, val_fraction=0.2, workers=1, tokenizer="bytes")
+    tokembed.prepare_corpus([src], url, val_fraction=0.2, workers=1)
     return local, url
 
 
@@ -38,7 +38,7 @@ def _everything_written(folder: Path) -> bytes:
 
 def test_training_on_a_remote_folder_matches_local_and_resumes(folders, tmp_path, monkeypatch, capfd):
     local, url = folders
-    model = {"context_length": 16, "dim": 16, "n_layers": 1, "n_heads": 2}  # the vocabulary: the data's
+    model = GPTConfig(context_length=16, dim=16, n_layers=1, n_heads=2)
     want = train(_cfg(str(local), tmp_path / "local-run"), model, progress=False)
     # Credentials only as storage options: the environment has none.
     for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
