@@ -253,10 +253,8 @@ class PackedWindows(SlidingWindowDataset):
             return stored
         _, stem = plan_key(self._data_key, self.n_tokens, max_length=self.max_length, packer=self.packing)
         w, t = self.n_windows, self.max_length
-        rows_path, ignore_path = (
-            Path(f"{stem}.rows-{np.dtype(self.dtype).name}"),
-            Path(f"{stem}.ignored"),
-        )  # an npz (not named .npz: the plans are)
+        # The ignored targets are an npz not named .npz (the plans are).
+        rows_path, ignore_path = Path(f"{stem}.rows-{np.dtype(self.dtype).name}"), Path(f"{stem}.ignored")
         ignore = _read_ignore(ignore_path, w)
         if ignore is None or not rows_path.exists() or rows_path.stat().st_size != w * (t + 1) * self.dtype.itemsize:
             ignore = self._write_stored(rows_path, ignore_path)
