@@ -122,3 +122,33 @@ def test_materialized_segments_are_the_selections(folder, cache):
     k = np.random.default_rng(0).permutation(len(ds))
     for got, want in zip(ds._segments(k), ds._select(k).segments(32), strict=True):
         assert np.array_equal(got, want)
+
+
+def test_a_megatron_dataset_made_elsewhere_is_never_read_from_another_datasets_rows(tmp_path, cache):
+    """Without tokembed's record of the .bin's sha256, a Megatron dataset is known by its .idx, which another corpus
+    of the same document lengths shares (fixed-length sequences; a dataset made again in place): its materialized
+    rows must be its own tokens, as gathering gives them."""
+    import warnings
+
+    with warnings.catch_warnings():  # megatron-core warns that Apex and Transformer Engine are absent
+        warnings.simplefilter("ignore")
+        from megatron.core.datasets import indexed_dataset as megatron_indexed
+
+    def build(prefix, offset):
+        builder = megatron_indexed.IndexedDatasetBuilder(f"{prefix}.bin", dtype=np.uint16)
+        for d in documents(7):
+            builder.add_item(torch.tensor([t + offset for t in d] + [50256]))
+            builder.end_document()
+        builder.finalize(f"{prefix}.idx")
+
+    kw = dict(batch_size=3, max_length=32, packing="best-fit", seed=4)
+    build(tmp_path / "a", 0)
+    build(tmp_path / "b", 20000)  # other tokens, the same documents' lengths: the same .idx
+    assert (tmp_path / "a.idx").read_bytes() == (tmp_path / "b.idx").read_bytes()
+    tokembed.create_dataloader(tmp_path / "a", **kw)  # materializes a's rows
+    for prefix in ("b", "a"):
+        if prefix == "a":
+            build(tmp_path / "a", 10000)  # made again in place: the same .idx
+        default = tokembed.create_dataloader(tmp_path / prefix, **kw)
+        assert default.dataset.materialize is True
+        same_batches(default, tokembed.create_dataloader(tmp_path / prefix, materialize=False, **kw))

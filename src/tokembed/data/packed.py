@@ -251,7 +251,7 @@ class PackedWindows(SlidingWindowDataset):
         pid, stored = self.__dict__.get("_stored_pid", (None, None))
         if pid == os.getpid() and stored is not None:
             return stored
-        _, stem = plan_key(self._data_key, self.n_tokens, max_length=self.max_length, packer=self.packing)
+        _, stem = plan_key(self._rows_key(), self.n_tokens, max_length=self.max_length, packer=self.packing)
         w, t = self.n_windows, self.max_length
         rows_path, ignore_path = (
             Path(f"{stem}.rows-{np.dtype(self.dtype).name}"),
@@ -264,6 +264,17 @@ class PackedWindows(SlidingWindowDataset):
         stored = (rows, *ignore)
         self._stored_pid = (os.getpid(), stored)
         return stored
+
+    def _rows_key(self) -> str:
+        """What the materialized rows are keyed by: the plan's key (the shards' sha256s), and for a token file whose
+        sha256 is not recorded (a Megatron dataset made elsewhere: known by its ``.idx``'s, which another corpus of
+        the same documents' lengths shares) the file as it is now (device, inode, size, mtime)."""
+        shards = cast(ShardSet, self._shards)
+        unhashed = [s.tokens for s in shards.shards if str(s.sha256).startswith("idx:")]  # `MegatronSplit`'s mark
+        if not unhashed:
+            return self._data_key
+        stats = [os.stat(shards.root / name) for name in unhashed]
+        return json.dumps([self._data_key, [(s.st_dev, s.st_ino, s.st_size, s.st_mtime_ns) for s in stats]])
 
     def _write_stored(self, rows_path: Path, ignore_path: Path) -> tuple[np.ndarray, np.ndarray]:
         """Gather every window once (in order, a few MB at a time) into ``rows_path`` and its ignored targets
