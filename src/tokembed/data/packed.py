@@ -8,10 +8,12 @@ tokens of the same document; a document's last token and the padding predict not
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import logging
 import os
+import shutil
 import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -61,7 +63,8 @@ class PackedWindows(SlidingWindowDataset):
             rows of ``max_length + 1`` tokens (as much disk as the split's tokens), and read them as sliding
             windows are read: one row index per batch, several times faster than gathering the pieces. The
             batches are the same either way. None (the default): materialize a local folder's split of at most
-            `AUTO_MATERIALIZE_TOKENS` tokens when the cache can be written, else gather; False: always gather.
+            `AUTO_MATERIALIZE_TOKENS` tokens when the cache can be written and the rows take at most half of its
+            free space (logged at INFO either way), else gather; False: always gather.
 
     Attributes:
         plan: the `PackingPlan`; ``plan.stats()`` gives the padding share.
@@ -258,12 +261,31 @@ class PackedWindows(SlidingWindowDataset):
             Path(f"{stem}.ignored"),
         )  # an npz (not named .npz: the plans are)
         ignore = _read_ignore(ignore_path, w)
-        if ignore is None or not rows_path.exists() or rows_path.stat().st_size != w * (t + 1) * self.dtype.itemsize:
+        size = w * (t + 1) * self.dtype.itemsize
+        if ignore is None or not rows_path.exists() or rows_path.stat().st_size != size:
+            self._check_room(rows_path, size)
+            _log.info(
+                "packed windows materialized once into %s (%s bytes; materialize=False gathers them)",
+                rows_path,
+                f"{size:,}",
+            )
             ignore = self._write_stored(rows_path, ignore_path)
         rows = np.memmap(rows_path, dtype=self.dtype, mode="r", shape=(w, t + 1))
         stored = (rows, *ignore)
         self._stored_pid = (os.getpid(), stored)
         return stored
+
+    def _check_room(self, path: Path, size: int) -> None:
+        """Materializing by itself (``materialize=None``) takes at most half of the cache's free space: the disk
+        stays usable for what the user writes (checkpoints); asked for (True), the rows are written if they fit."""
+        if self._materialize_asked is None:
+            free = shutil.disk_usage(path.parent).free
+            if 2 * size > free:
+                raise OSError(
+                    errno.ENOSPC,
+                    f"the packed windows would take {size:,} bytes of the {free:,} free in {path.parent}, more than "
+                    "half (materialize=True writes them)",
+                )
 
     def _rows_key(self) -> str:
         """What the materialized rows are keyed by: the plan's key (the shards' sha256s), and for a token file whose
