@@ -5,6 +5,10 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 PIP    := $(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt
+# Compiled bytecode is cached (__pycache__/, git-ignored) even where the environment says otherwise: without it
+# every test run, and every `python -m tokembed` a test starts, compiles tokembed and the tests again (pytest's
+# assertion rewriting too): 3-4 s of the fast tier's collection alone.
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: demo test test-fast lint setup setup-dev bench clean
 

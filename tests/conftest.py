@@ -8,11 +8,18 @@ Two tiers (see the Makefile):
 - ``make test-fast`` runs ``pytest -m "not slow"`` (plus lint) for everyday work: under 90 s on the 2-core
   development machine.
 
-**Mark a test ``@pytest.mark.slow``** (or its module with ``pytestmark = pytest.mark.slow``) when it takes
-more than a few seconds, and always when it starts torchrun, Ray or a headless browser, or kills a process
-(kill -9, SIGINT at random moments). ``tests/test_slow_marker.py`` reads every test file and fails naming
-a test that reaches torchrun, ``ray.init``, ``SIGKILL``/``os.killpg`` or ``launch_chromium`` (directly, or
-through a helper or a fixture of its module) without the marker.
+**Make a test cheap first, then mark what is still slow.** Cheap: a module- or session-scoped fixture for what
+several tests read (a shard folder, a trained run); the story read as ``tokenizer="bytes"`` (257 ids) where the
+vocabulary is not what is tested (a GPT-2 table of 50,257 rows makes a tiny model's step, save, report and export
+five times dearer); as few steps as the check needs; a library call rather than a ``python -m tokembed`` process
+where the process is not what is tested. ``loss.png`` is drawn only in tests marked ``loss_png`` (below).
+
+**Mark a test ``@pytest.mark.slow``** (or its module with ``pytestmark = pytest.mark.slow``) when it still takes
+more than about 2 s on the quiet 2-core machine (a comment on the marker says why), and always when it starts
+torchrun, Ray, the S3 server or a headless browser, or kills a process (kill -9, SIGINT at random moments).
+``tests/test_slow_marker.py`` reads every test file and fails naming a test that reaches torchrun,
+``ray.init``, ``SIGKILL``/``os.killpg``, ``start_swift`` or ``launch_chromium`` (directly, or through a helper or
+a fixture of its module) without the marker.
 
 Shared pieces live here once and are imported as ``from conftest import STORY, TINY``:
 ``TINY`` is the tiny model the training tests train (built on first use, so that importing this file does
@@ -60,6 +67,15 @@ def _cache_dir(tmp_path_factory):
         os.environ.pop("TOKEMBED_CACHE_DIR", None)
     else:
         os.environ["TOKEMBED_CACHE_DIR"] = old
+
+
+@pytest.fixture(autouse=True)
+def _no_loss_png(request, monkeypatch):
+    """Speed: a checkpoint's ``loss.png`` (matplotlib: ~70 ms a checkpoint, half of a tiny run's time) is drawn
+    only in tests marked ``loss_png``, the ones that look at it; every other file of a checkpoint is written as
+    always. Runs in a subprocess (``python -m tokembed train``) draw it too."""
+    if request.node.get_closest_marker("loss_png") is None and "tokembed.model.checkpoint" in sys.modules:
+        monkeypatch.setattr("tokembed.model.checkpoint.write_loss_png", lambda log, path: False)
 
 
 ROOT = Path(__file__).resolve().parents[1]

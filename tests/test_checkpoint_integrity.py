@@ -119,3 +119,21 @@ def test_python_resume_after_a_save_killed_between_its_renames_names_the_old_fol
     (ckpt.parent / "run.old-x" / "ckpt").rename(ckpt)
     train(cfg(ckpt.parent, max_steps=3), resume=True, progress=False)  # moved back: it resumes
     assert json.loads((ckpt / "state.json").read_text())["step"] == 3
+
+
+@pytest.mark.parametrize("keep", [0.05, 1 / 3, 0.5, 0.9, 0.999])
+def test_a_cut_optimizer_file_of_any_size_is_named(tmp_path, keep):
+    """torch.load of a small cut zip raises a bare OSError (EINVAL from its seek); it is a damaged file all the same."""
+    import torch
+
+    from tokembed.model.checkpoint import read_checkpoint_file
+
+    model = torch.nn.Linear(16, 257)
+    opt = torch.optim.AdamW(model.parameters())
+    model(torch.randn(2, 16)).sum().backward()
+    opt.step()
+    torch.save(opt.state_dict(), tmp_path / "optimizer.pt")
+    data = (tmp_path / "optimizer.pt").read_bytes()
+    (tmp_path / "optimizer.pt").write_bytes(data[: int(len(data) * keep)])
+    with pytest.raises(ValueError, match=r"checkpoint file .*optimizer\.pt is damaged \(.*\); restore the checkpoint"):
+        read_checkpoint_file(tmp_path, "optimizer.pt", lambda p: torch.load(p, weights_only=True, map_location="cpu"))

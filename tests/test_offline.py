@@ -68,6 +68,7 @@ def test_import_is_light(tmp_path, code, needs):
     assert sorted(modules & set(HEAVY)) == []
 
 
+@pytest.mark.slow  # a fresh interpreter imports every module, the trainer integrations too: ~4 s
 def test_every_public_name_resolves_to_what_it_names():
     # The public names load lazily; a submodule named like a public function would shadow it.
     out = _run(

@@ -570,6 +570,7 @@ def test_stats_per_phase_count_what_two_ranks_read(four, capsys):
     )
 
 
+@pytest.mark.slow  # three runs of a GPT-2-vocabulary model (the shards hold ids up to 35,000): ~3 s
 def test_train_on_phases_resumes_exactly_and_logs_its_phases(four, tmp_path, capsys):
     m = phased(four)
     model = tokembed.GPTConfig(context_length=L, dim=16, n_layers=1, n_heads=2)

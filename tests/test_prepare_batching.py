@@ -1,5 +1,5 @@
 """The fast paths of a prepare worker against what they replace, which stays as the reference: many texts
-through one call (and gigatoken's batch encoder) against a call per text, a JSON line through json's scanner
+through one call against a call per text, a JSON line through json's scanner
 against json.loads, Parquet values decoded directly against the shared record rules, and the manifest's JSON
 writer against the standard library's indenting encoder. Each pair must agree exactly (ids, texts, counts,
 error messages, characters)."""
@@ -17,7 +17,6 @@ import tokembed
 from tokembed._atomic import dumps_indented
 from tokembed.shards.config import PrepareConfig
 from tokembed.shards.formats.base import RecordContext
-from tokembed.tokenizer import fast
 from tokembed.tokenizer.fast import TokenEncoder
 
 # ------------------------------------------------------------------------------------------- JSON writer
@@ -66,13 +65,9 @@ _texts = st.lists(
 )
 
 
-@pytest.fixture(scope="module", params=["tiktoken", "gigatoken", "gigatoken batches"])
+@pytest.fixture(scope="module", params=["tiktoken", "gigatoken"])
 def encoder(request):
-    enc = TokenEncoder(tokembed.get_tokenizer("gpt2"), backend=request.param.split()[0])
-    if request.param.endswith("batches"):  # its batch encoder from the first text on, as after BATCH_AFTER_CHARS
-        enc._seen = fast.BATCH_AFTER_CHARS
-        assert enc._batching()
-    return enc
+    return TokenEncoder(tokembed.get_tokenizer("gpt2"), backend=request.param)
 
 
 @given(texts=_texts)
@@ -147,21 +142,26 @@ def test_parquet_rows_decode_as_one_by_one(values):
     assert run(True) == run(False)
 
 
-def test_prepare_writes_the_same_bytes_through_gigatokens_batch_encoder(tmp_path, monkeypatch):
+def test_token_counts_from_the_workers_are_the_files_counts(tmp_path):
+    """The manifest's token_counts, added up from the workers' counts of each part, are what counting the shard files
+    gives (the way a resumed run counts the units it found finished), whichever units come from where."""
+    import numpy as np
+
+    from tokembed.shards.counts import SplitCounts, part_counts, split_token_counts
     from tokembed.shards.prepare import prepare_corpus
 
-    lines = [
-        json.dumps({"text": f"document {i}: " + "naïve café 東京 " * (i % 7) + "x" * (i % 300)}) for i in range(400)
-    ]
-    (tmp_path / "in.jsonl").write_text("\n".join(lines) + "\n\n", encoding="utf-8")
-
-    def run(out: str) -> dict[str, bytes]:
-        fast._encoder.cache_clear()  # a new encoder, built under the patched threshold
-        prepare_corpus([tmp_path / "in.jsonl"], tmp_path / out, backend="gigatoken", workers=1, val_fraction=0.2)
-        return {str(p.relative_to(tmp_path / out)): p.read_bytes() for p in (tmp_path / out).rglob("*") if p.is_file()}
-
-    per_text = run("per-text")
-    monkeypatch.setattr(fast, "BATCH_AFTER_CHARS", 0)
-    batched = run("batched")
-    fast._encoder.cache_clear()
-    assert batched == per_text and any(k.startswith("val/") for k in batched)
+    lines = [json.dumps({"text": f"doc {i} " + "naïve café 東京 " * (i % 5) + "x" * (i % 90)}) for i in range(600)]
+    (tmp_path / "in.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = tmp_path / "s"
+    manifest = prepare_corpus([tmp_path / "in.jsonl"], out, workers=2, val_fraction=0.3, shard_mb=0.01).manifest
+    assert manifest is not None and manifest["units"] > 2
+    from_files = split_token_counts(out, manifest)
+    assert manifest["token_counts"] == from_files and set(from_files) == {"train", "val"}
+    known = SplitCounts()  # every other shard counted "by a worker", in two parts, the rest read from its file
+    for split, info in manifest["splits"].items():
+        for shard in info["shards"][::2]:
+            ids = np.fromfile(out / shard["tokens"], dtype=np.uint16)
+            for half in (ids[: len(ids) // 2], ids[len(ids) // 2 :]):
+                known.add(split, *part_counts(half))
+            known.files.add(shard["tokens"])
+    assert split_token_counts(out, manifest, known) == from_files

@@ -64,6 +64,7 @@ def test_the_first_step_learns_each_packed_document_on_its_own(folder, tmp_path)
     assert result.log["train"][0]["loss"] == pytest.approx(total / count, rel=1e-5)
 
 
+@pytest.mark.slow  # four runs of a GPT-2-vocabulary model: ~3 s
 def test_a_packed_run_resumes_exactly(folder, tmp_path):
     whole = train(cfg(folder, tmp_path / "whole"), MODEL, progress=False)
     part = train(cfg(folder, tmp_path / "split"), MODEL, progress=False, stop_at=4)

@@ -156,7 +156,7 @@ def _indented(obj: Any, level: int) -> str:
         return json.dumps(obj, indent=1, ensure_ascii=False)  # a scalar, {} or []
     pad, end = "\n" + " " * (level + 1), "\n" + " " * level
     values = obj.values() if isinstance(obj, dict) else obj
-    if not any(isinstance(v, (dict, list, tuple)) for v in values):  # flat: one C call, keys sorted as json sorts
+    if not any(issubclass(t, (dict, list, tuple)) for t in set(map(type, values))):  # flat: one C call, sorted as json
         flat = json.dumps(obj, sort_keys=True, ensure_ascii=False, separators=("," + pad, ": "))
         return flat[0] + pad + flat[1:-1] + end + flat[-1]
     if isinstance(obj, dict):

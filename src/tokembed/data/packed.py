@@ -35,7 +35,7 @@ __all__ = ["AUTO_MATERIALIZE_TOKENS", "PackedWindows"]
 _log = logging.getLogger(__name__)
 
 # The largest split `PackedWindows` materializes by itself (materialize=None): 2**28 tokens, 512 MiB of uint16 rows in
-# the cache. Writing them costs about two epochs of gathering, once (~5 s at this size; benchmarks/bench_loader.py);
+# the cache. Writing them costs about one epoch of gathering, once (~3 s at this size; benchmarks/bench_loader.py);
 # every epoch after reads them ~3x faster, and every later run on the same data (the file is keyed by the data's
 # sha256s) from its first batch. Larger splits are gathered unless materialize=True asks for the disk.
 AUTO_MATERIALIZE_TOKENS = 1 << 28
@@ -256,10 +256,8 @@ class PackedWindows(SlidingWindowDataset):
             return stored
         _, stem = plan_key(self._rows_key(), self.n_tokens, max_length=self.max_length, packer=self.packing)
         w, t = self.n_windows, self.max_length
-        rows_path, ignore_path = (
-            Path(f"{stem}.rows-{np.dtype(self.dtype).name}"),
-            Path(f"{stem}.ignored"),
-        )  # an npz (not named .npz: the plans are)
+        # The ignored targets are an npz not named .npz (the plans are).
+        rows_path, ignore_path = Path(f"{stem}.rows-{np.dtype(self.dtype).name}"), Path(f"{stem}.ignored")
         ignore = _read_ignore(ignore_path, w)
         size = w * (t + 1) * self.dtype.itemsize
         if ignore is None or not rows_path.exists() or rows_path.stat().st_size != size:
@@ -270,7 +268,8 @@ class PackedWindows(SlidingWindowDataset):
                 f"{size:,}",
             )
             ignore = self._write_stored(rows_path, ignore_path)
-        rows = np.memmap(rows_path, dtype=self.dtype, mode="r", shape=(w, t + 1))
+        # A plain ndarray view of the map (it keeps the map open): np.memmap's row index costs ~1 us more a call.
+        rows = np.memmap(rows_path, dtype=self.dtype, mode="r", shape=(w, t + 1)).view(np.ndarray)
         stored = (rows, *ignore)
         self._stored_pid = (os.getpid(), stored)
         return stored
@@ -302,20 +301,20 @@ class PackedWindows(SlidingWindowDataset):
         """Gather every window once (in order, a few MB at a time) into ``rows_path`` and its ignored targets
         into ``ignore_path``, both written atomically."""
         w, t = self.n_windows, self.max_length
-        step = max(1, (1 << 21) // t)  # windows per chunk: 2 x 16 MiB of int64
+        step = max(1, (1 << 18) // t)  # windows per chunk: 2 x 2 MiB of int64, reused (in cache: faster than larger)
+        x, y, rows = np.empty((step, t), np.int64), np.empty((step, t), np.int64), np.empty((step, t + 1), self.dtype)
         counts, where = [], []
         with atomic_open(rows_path, "wb") as f:
             for a in range(0, w, step):
-                k = np.arange(a, min(a + step, w))
-                x, y = np.empty((len(k), t), np.int64), np.empty((len(k), t), np.int64)
-                self._fill(self._select(k), 0, len(k), x.reshape(-1), y.reshape(-1))
-                rows = np.empty((len(k), t + 1), dtype=self.dtype)
-                rows[:, :t] = x
-                last = y[:, -1]  # the next token after the row, where the row's last document goes on
-                rows[:, t] = np.where(last == IGNORE_INDEX, self.pad_token, last)
-                f.write(rows.tobytes())
-                r, c = np.nonzero(y == IGNORE_INDEX)  # row-major: each row's slots in order
-                counts.append(np.bincount(r, minlength=len(k)))
+                n = min(step, w - a)
+                xs, ys, rs = x[:n], y[:n], rows[:n]
+                self._fill(self._select(np.arange(a, a + n)), 0, n, xs.reshape(-1), ys.reshape(-1))
+                rs[:, :t] = xs
+                last = ys[:, -1]  # the next token after the row, where the row's last document goes on
+                rs[:, t] = np.where(last == IGNORE_INDEX, self.pad_token, last)
+                f.write(rs.data)
+                r, c = np.nonzero(ys == IGNORE_INDEX)  # row-major: each row's slots in order
+                counts.append(np.bincount(r, minlength=n))
                 where.append(c.astype(np.int32))
         first = np.zeros(w + 1, dtype=np.int64)
         np.cumsum(np.concatenate(counts), out=first[1:])

@@ -547,7 +547,19 @@ def read_checkpoint_file(path: Path, name: str, reader: Callable[[Path], Any]) -
         raise FileNotFoundError(f"checkpoint file {p} is missing; the checkpoint is incomplete")
     try:
         return reader(p)
-    except (ValueError, RuntimeError, EOFError, KeyError, TypeError, pickle.UnpicklingError, SafetensorError) as e:
+    except (
+        ValueError,
+        RuntimeError,
+        EOFError,
+        KeyError,
+        TypeError,
+        pickle.UnpicklingError,
+        SafetensorError,
+        OSError,
+    ) as e:
+        if isinstance(e, OSError) and type(e) is not OSError:  # PermissionError, IsADirectoryError, ...: not damage
+            raise
+        # (a bare OSError is torch's zip reader seeking past the end of a cut file: EINVAL)
         why = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
         raise ValueError(f"checkpoint file {p} is damaged ({why}); {_DAMAGED_HINT}") from None
 

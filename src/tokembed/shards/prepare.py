@@ -45,7 +45,7 @@ from tokembed._cpus import available_cpus, check_workers
 from tokembed._lock import folder_lock
 from tokembed._paths import local_path, refuse_inside_checkpoint
 from tokembed.shards.config import PrepareConfig
-from tokembed.shards.counts import split_token_counts
+from tokembed.shards.counts import SplitCounts, split_token_counts
 from tokembed.shards.engines import ENGINES, RAY_START_SECONDS, make_engine
 from tokembed.shards.folder import (
     PARTS,
@@ -289,7 +289,8 @@ def _prepare_locked(out, files, identity, config, dtype, engine, progress, **opt
     result.inputs = identity["inputs"]
     remove_units_past(out, result.units, rank, world_size)
     if world_size == 1:
-        result.manifest = _write_manifest(out, identity, run.records, result.units, [f.mtime_ns for f in files])
+        mtimes = [f.mtime_ns for f in files]
+        result.manifest = _write_manifest(out, identity, run.records, result.units, mtimes, run.counts)
         _warn_empty_splits(out, result.manifest, config)
     else:
         partial = {**identity, "rank": rank, "world_size": world_size, "units": result.units}
@@ -393,10 +394,10 @@ def _already_done(out: Path, rank: int, world_size: int) -> PrepareResult:
 
 
 def _write_manifest(
-    out: Path, identity: dict[str, Any], records: list[dict[str, Any]], n_units: int, mtimes
+    out: Path, identity: dict[str, Any], records: list[dict[str, Any]], n_units: int, mtimes, counts: SplitCounts
 ) -> dict[str, Any]:
     manifest = assemble_manifest(identity, records, n_units, mtimes)
-    manifest["token_counts"] = split_token_counts(out, manifest)
+    manifest["token_counts"] = split_token_counts(out, manifest, counts)
     manifest = seal(manifest)
     atomic_write_json(out / MANIFEST, manifest)
     shutil.rmtree(out / PARTS, ignore_errors=True)
@@ -428,6 +429,7 @@ class _Run:
         self.out, self.config, self.dtype, self.engine, self.progress = out, config, dtype, engine, progress
         self.rank, self.world_size, self.only = rank, world_size, only
         self.records: list[dict[str, Any]] = []
+        self.counts = SplitCounts()  # the token ids of the units tokenized by this run
         self.result = PrepareResult(out, None, 0)
         self.pending: list[tuple[Any, int]] = []  # (future, unit id) of the parts in flight
         self.waiting: dict[int, list] = {}  # unit id -> its parts' results in order (None until done)
@@ -480,11 +482,16 @@ class _Run:
         del self.waiting[uid]
         joined = join_parts(parts)
         parts.clear()
-        self.records.append(write_unit(self.out, joined, self.dtype))
+        record = write_unit(self.out, joined, self.dtype)
+        self.records.append(record)
+        for split, made in joined["splits"].items():
+            for ids, n in made["counts"]:
+                self.counts.add(split, ids, n)
+            self.counts.files.add(record["splits"][split]["tokens"])
         n_tok = sum(len(r["tokens"]) for r in joined["splits"].values())
         n_docs = sum(st["documents"] for st in joined["stats"].values())
         joined.clear()
-        trim_heap()
+        trim_heap(self.disk_bytes[uid])
         self.result.units_done += 1
         self.result.tokens_done += n_tok
         self.progress.finished(self.disk_bytes.pop(uid), documents=n_docs, tokens=n_tok)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tokembed.shards.counts import part_counts
 from tokembed.shards.format import INDEX_DTYPE, dtype_for_vocab
 from tokembed.shards.formats.base import CONT, MORE, RecordContext, Span
 from tokembed.shards.formats.registry import codec_for, get_format
@@ -186,10 +187,21 @@ def _head_in_val(head: bytes, val_fraction: float) -> bool:
     return _in_val(head.decode("utf-8", "replace"), val_fraction)
 
 
-def trim_heap() -> None:
-    """Give freed heap memory back to the OS (glibc keeps freed blocks of up to 32 MB in the heap, so
-    without this a long run's resident memory creeps up with fragmentation instead of staying flat)."""
-    global _malloc_trim
+TRIM_EVERY = 16 << 20  # input bytes a process handles between two heap trims (64 MiB: 1.18x the peak at 1 GB / 100 MB)
+
+
+def trim_heap(handled: int) -> None:
+    """Give freed heap memory back to the OS once this process has handled `TRIM_EVERY` bytes of input since it last
+    did (glibc keeps freed blocks of up to 32 MB in the heap, so without this a long run's resident memory creeps up
+    with fragmentation instead of staying flat). Not after every part: the memory given back is faulted in again by
+    the next part's allocations, which cost 18% of a worker's CPU with gigatoken when trimmed per 1 MiB part
+    (benchmarks/bench_tokenize.py --profile); one 1 GB text document then peaks at 1.10x one of 100 MB, as per part
+    (benchmarks/bench_prepare.py)."""
+    global _malloc_trim, _untrimmed
+    _untrimmed += handled
+    if _untrimmed < TRIM_EVERY:
+        return
+    _untrimmed = 0
     if _malloc_trim is None:
         try:
             import ctypes
@@ -202,6 +214,7 @@ def trim_heap() -> None:
 
 
 _malloc_trim: Any = None
+_untrimmed = 0  # input bytes handled since the last trim
 
 
 def tokenize_unit(unit: Unit, config: PrepareConfig, names: Sequence[str] | dict[int, str]) -> dict[str, Any]:
@@ -213,7 +226,7 @@ def tokenize_unit(unit: Unit, config: PrepareConfig, names: Sequence[str] | dict
     """
     from tokembed.tokenizer.fast import token_encoder
 
-    trim_heap()  # the previous unit's buffers are gone by now
+    trim_heap(sum(map(len, unit.spans)))  # the previous parts' buffers are gone by now
     enc = config.build_tokenizer()
     encoder = token_encoder(enc, config.backend)  # tiktoken's ids, from gigatoken when installed (tested)
     datas = [_read(sp, names[sp.file]) for sp in unit.spans]
@@ -231,6 +244,7 @@ def tokenize_unit(unit: Unit, config: PrepareConfig, names: Sequence[str] | dict
     for s, tokens in splits.items():
         made = tokens.result()
         if made is not None:  # the split got a document (or a piece) from this part
+            made["counts"] = part_counts(made["tokens"])  # (for the manifest: counted here, in parallel)
             out["splits"][s] = made
     return out
 
@@ -325,7 +339,7 @@ class _SplitTokens:
             st["text_bytes"] += sum(len(t) if t.isascii() else len(t.encode("utf-8", "surrogatepass")) for t in texts)
             i += n
 
-    def result(self) -> dict[str, np.ndarray] | None:
+    def result(self) -> dict[str, Any] | None:
         self.flush()
         if not self.chunks:
             return None
@@ -337,7 +351,7 @@ class _SplitTokens:
 
 def join_parts(results: list[dict[str, Any]]) -> dict[str, Any]:
     """One unit's result from its parts' (in order): tokens concatenated, document starts shifted, counts
-    added, and the sha256 of the files to be written."""
+    added, the sha256 of the files to be written, and the parts' token id counts (`part_counts`)."""
     out: dict[str, Any] = {
         "unit": results[0]["unit"],
         "input_hash": _unit_hash([r["input_hash"] for r in results]),
@@ -363,5 +377,6 @@ def join_parts(results: list[dict[str, Any]]) -> dict[str, Any]:
             "index": index,
             "sha256": hashlib.sha256(tokens.data.cast("B")).hexdigest(),
             "index_sha256": hashlib.sha256(index.data.cast("B")).hexdigest(),
+            "counts": [p["counts"] for p in parts],  # each part's (ids, how often)
         }
     return out

@@ -27,7 +27,6 @@ __all__ = ["BACKENDS", "TokenEncoder", "fast_backend_problem", "token_encoder"]
 
 BACKENDS = ("auto", "tiktoken", "gigatoken")
 RESET_CHARS = 1 << 30  # rebuild gigatoken's tokenizer (and its cache) after this many characters
-BATCH_AFTER_CHARS = 1 << 28  # gigatoken's batch encoder pays back its set-up after about this much text
 # gigatoken's name for each tiktoken split pattern it implements.
 _SCHEMES = {GPT2_PAT_STR: "gpt2", CL100K_PAT_STR: "gpt4", O200K_PAT_STR: "o200k"}
 # A probe of what could go wrong: scripts, digits, code, whitespace runs, a special token as text.
@@ -88,33 +87,15 @@ class TokenEncoder:
             )
         self._fast = None if problem else _build_gigatoken(enc)
         self._chars = 0  # characters encoded by this gigatoken tokenizer
-        self._seen = 0  # characters encoded in all
-        self._batch: bool | None = None  # its batch encoder set up and exact (None: not yet)
         if self._fast is not None and not self._probe_agrees():
             warnings.warn(
                 f"gigatoken's ids differ from tiktoken's for {enc.name} on a probe text; using tiktoken", stacklevel=2
             )
             self._fast = None
 
-    def _probe_agrees(self, *, batch: bool = False) -> bool:
-        """gigatoken's ids of the probe (one text, or as a batch) are tiktoken's."""
-        fast = self._fast
-        if fast is None:
-            return False
-        ref = self._reference(_PROBE).tolist()
-        if not batch:
-            return fast.encode(_PROBE).tolist() == ref
-        ids, offsets = _flat(fast.encode_batch([_PROBE, ""], parallel=False))
-        return ids.tolist() == ref and offsets.tolist() == [0, len(ref), len(ref)]
-
-    def _batching(self) -> bool:
-        """Whether texts go to gigatoken's batch encoder now: after `BATCH_AFTER_CHARS`, once it has been set up
-        and checked on the probe (again after each rebuild)."""
-        if self._seen < BATCH_AFTER_CHARS:
-            return False
-        if self._batch is None:
-            self._batch = self._probe_agrees(batch=True)
-        return self._batch
+    def _probe_agrees(self) -> bool:
+        """gigatoken's ids of the probe are tiktoken's."""
+        return self._fast is not None and self._fast.encode(_PROBE).tolist() == self._reference(_PROBE).tolist()
 
     @property
     def backend(self) -> str:
@@ -140,25 +121,18 @@ class TokenEncoder:
         if self._fast is None:
             return
         self._chars += chars
-        self._seen += chars
         if self._chars > RESET_CHARS:
-            self._fast, self._chars, self._batch = _build_gigatoken(self.enc), chars, None
+            self._fast, self._chars = _build_gigatoken(self.enc), chars
 
     def encode_batch(self, texts: list[str]) -> list[np.ndarray]:
         """Ids of many texts, one ``(n_i,)`` uint32 array each, exactly `encode_ordinary`'s.
 
-        gigatoken's batch encoder (on this thread) is 10-15% faster than a call per text but takes about 0.4 s to
-        set up, for each tokenizer object (benchmarks/bench_tokenize.py): it is used once this encoder has
-        encoded `BATCH_AFTER_CHARS`, where that pays back; before, a call per text (each an array, no list).
+        A call per text (each an array, no list). gigatoken's own batch encoder was measured within 5% of this by CPU
+        time, but it imports awkward (about 0.35 s and 30-50 MB per worker) and holds each batch's result besides:
+        it made a worker's memory grow by half mid-run (benchmarks/bench_prepare.py, 1 GB against 100 MB).
         """
         self._count(sum(map(len, texts)))
         fast = self._fast
-        if fast is not None and texts and self._batching():
-            try:
-                ids, offsets = _flat(fast.encode_batch(texts, parallel=False))
-                return np.split(ids, offsets[1:-1])  # views of one buffer
-            except TypeError:  # a lone surrogate somewhere: one at a time, tiktoken repairing it
-                pass
         if fast is not None:
             try:
                 return [fast.encode(t) for t in texts]
@@ -173,21 +147,6 @@ class TokenEncoder:
             return self._fast.encode(text)
         except TypeError:  # lone surrogates are not UTF-8: tiktoken repairs them
             return self._reference(text)
-
-
-def _flat(rows: Any) -> tuple[np.ndarray, np.ndarray]:
-    """An awkward array of rows of ids (gigatoken's batch result) as ``(ids, offsets)``, without a copy where
-    its layout is one buffer plus offsets."""
-    layout = rows.layout
-    if hasattr(layout, "offsets") and hasattr(layout.content, "data"):
-        offsets = np.asarray(layout.offsets, dtype=np.int64)  # (rows + 1,)
-        ids = np.asarray(layout.content.data)[offsets[0] : offsets[-1]]
-        return ids.astype(np.uint32, copy=False), offsets - offsets[0]
-    import awkward as ak
-
-    offsets = np.zeros(len(rows) + 1, dtype=np.int64)
-    np.cumsum(ak.num(rows, axis=1).to_numpy(), out=offsets[1:])
-    return ak.flatten(rows, axis=1).to_numpy().astype(np.uint32, copy=False), offsets
 
 
 def token_encoder(enc: Tokenizer, backend: str = "auto") -> TokenEncoder:

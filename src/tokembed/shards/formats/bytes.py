@@ -267,7 +267,7 @@ class LinesFormat(ByteFormat):
         # corpus: a str of non-ASCII text splits slower than bytes.)
         offset = span.start
         for k, raw in enumerate(data.split(b"\n")):  # the last item follows the final newline: blank
-            if raw.strip():
+            if raw and not raw.isspace():  # (= raw.strip(), without a copy)
                 text = self.line_text(records.decode(raw, offset, k), records, offset, k)
                 if text is not None:
                     yield text

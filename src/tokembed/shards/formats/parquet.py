@@ -155,7 +155,7 @@ def _packed(arr: pa.Array) -> bytes:
         lengths[np.asarray(arr.is_null())] = -1
     data = arr.buffers()[2]
     values = memoryview(data)[offsets[0] : offsets[-1]] if len(arr) and data is not None else b""
-    return lengths.astype("<i8").tobytes() + bytes(values)
+    return b"".join((lengths.astype("<i8").tobytes(), values))  # (the values copied once)
 
 
 def _row_lengths(arr: pa.Array) -> np.ndarray:  # -> (n,) int64
