@@ -165,7 +165,7 @@ def _can_mount() -> bool:
     return probe.returncode == 0
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # a Python process in a private mount namespace, as tests/test_full_disk.py
 @pytest.mark.skipif(not _can_mount(), reason="no private mount namespace (unshare -rm) here")
 def test_the_default_leaves_half_of_a_small_cache_disk_free(folder, tmp_path):
     """On a real 2 MiB file system (a tmpfs in a private mount namespace) a split whose rows would take more than
