@@ -10,6 +10,10 @@ metadata itself is checked against the shards' index in tests/test_documents.py)
 from __future__ import annotations
 
 import logging
+import os
+import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -122,3 +126,86 @@ def test_materialized_segments_are_the_selections(folder, cache):
     k = np.random.default_rng(0).permutation(len(ds))
     for got, want in zip(ds._segments(k), ds._select(k).segments(32), strict=True):
         assert np.array_equal(got, want)
+
+
+def test_a_megatron_dataset_made_elsewhere_is_never_read_from_another_datasets_rows(tmp_path, cache):
+    """Without tokembed's record of the .bin's sha256, a Megatron dataset is known by its .idx, which another corpus
+    of the same document lengths shares (fixed-length sequences; a dataset made again in place): its materialized
+    rows must be its own tokens, as gathering gives them."""
+    import warnings
+
+    with warnings.catch_warnings():  # megatron-core warns that Apex and Transformer Engine are absent
+        warnings.simplefilter("ignore")
+        from megatron.core.datasets import indexed_dataset as megatron_indexed
+
+    def build(prefix, offset):
+        builder = megatron_indexed.IndexedDatasetBuilder(f"{prefix}.bin", dtype=np.uint16)
+        for d in documents(7):
+            builder.add_item(torch.tensor([t + offset for t in d] + [50256]))
+            builder.end_document()
+        builder.finalize(f"{prefix}.idx")
+
+    kw = dict(batch_size=3, max_length=32, packing="best-fit", seed=4)
+    build(tmp_path / "a", 0)
+    build(tmp_path / "b", 20000)  # other tokens, the same documents' lengths: the same .idx
+    assert (tmp_path / "a.idx").read_bytes() == (tmp_path / "b.idx").read_bytes()
+    tokembed.create_dataloader(tmp_path / "a", **kw)  # materializes a's rows
+    for prefix in ("b", "a"):
+        if prefix == "a":
+            build(tmp_path / "a", 10000)  # made again in place: the same .idx
+        default = tokembed.create_dataloader(tmp_path / prefix, **kw)
+        assert default.dataset.materialize is True
+        same_batches(default, tokembed.create_dataloader(tmp_path / prefix, materialize=False, **kw))
+
+
+def _can_mount() -> bool:
+    if shutil.which("unshare") is None:
+        return False
+    probe = subprocess.run(["unshare", "-rm", "sh", "-c", "mount -t tmpfs -o size=1m tmpfs /mnt"], capture_output=True)
+    return probe.returncode == 0
+
+
+@pytest.mark.slow  # a Python process in a private mount namespace, as tests/test_full_disk.py
+@pytest.mark.skipif(not _can_mount(), reason="no private mount namespace (unshare -rm) here")
+def test_the_default_leaves_half_of_a_small_cache_disk_free(folder, tmp_path):
+    """On a real 2 MiB file system (a tmpfs in a private mount namespace) a split whose rows would take more than
+    half of the free space is gathered by default (logged), a smaller one materialized (logged with its size);
+    materialize=True writes the larger one anyway."""
+    big, small, disk = tmp_path / "big", tmp_path / "small", tmp_path / "disk"
+    rng = np.random.default_rng(0)
+    write_cut_stream(big, [list(range(n)) for n in rng.integers(1, 200, 5000).tolist()], cuts=[1000])  # ~1 MB rows
+    write_cut_stream(small, [list(range(n)) for n in rng.integers(1, 200, 2000).tolist()], cuts=[1000])  # ~0.4 MB
+    script = f"""
+import logging, shutil, sys, torch, tokembed
+logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(message)s")
+kw = dict(batch_size=4, max_length=64, packing="best-fit")
+for path in ({str(big)!r}, {str(small)!r}):
+    loader = tokembed.create_dataloader(path, **kw)
+    want = tokembed.create_dataloader(path, materialize=False, **kw)
+    same = all(torch.equal(a, b) for x, y in zip(loader, want, strict=True) for a, b in zip(x, y))
+    print("materialized", loader.dataset.materialize, "same", same, "free", shutil.disk_usage({str(disk)!r}).free)
+print("asked", tokembed.create_dataloader({str(big)!r}, materialize=True, **kw).dataset.materialize)
+"""
+    disk.mkdir()
+    proc = subprocess.run(
+        [
+            "unshare",
+            "-rm",
+            "sh",
+            "-ec",
+            f'mount -t tmpfs -o size=2m tmpfs "{disk}"\nexec "{sys.executable}" -c "$0"',
+            script,
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "TOKEMBED_CACHE_DIR": str(disk)},
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert (
+        "the packed windows would take 1,0" in lines[0] and "more than half (materialize=True writes them)" in lines[0]
+    )
+    assert lines[1].startswith("materialized False same True free ")
+    assert "packed windows materialized once into" in lines[2] and "bytes; materialize=False gathers them)" in lines[2]
+    assert lines[3].startswith("materialized True same True free ") and int(lines[3].split()[-1]) > 1 << 20
+    assert lines[-1] == "asked True"

@@ -94,14 +94,20 @@ def test_the_command_line_trains_packed(folder, tmp_path, capsys):
     assert main(args) == 0
     saved = json.loads((out / "config.json").read_text())["train"]
     assert saved["packing"] == "best-fit" and saved["materialize_packing"] is True
+    gathered = tmp_path / "gathered"  # the default materializes a small split; --no-materialize-packing gathers
+    assert main([*args[:3], str(gathered), *args[4:-3], "--no-materialize-packing", "--packing", "best-fit"]) == 0
+    assert json.loads((gathered / "config.json").read_text())["train"]["materialize_packing"] is False
     args[args.index(str(out))] = str(tmp_path / "other")
     assert main([*args[:-1], "tight"]) != 0
     assert "packing must be one of 'best-fit', 'first-fit', got 'tight'" in capsys.readouterr().err
 
 
 def test_materialized_packing_trains_the_same_steps(folder, tmp_path):
-    gathered = train(cfg(folder, tmp_path / "a", max_steps=3), MODEL, progress=False)
+    gathered = train(cfg(folder, tmp_path / "a", max_steps=3, materialize_packing=False), MODEL, progress=False)
     stored = train(cfg(folder, tmp_path / "b", max_steps=3, materialize_packing=True), MODEL, progress=False)
     assert [r["loss"] for r in stored.log["train"]] == [r["loss"] for r in gathered.log["train"]]
+    train(cfg(folder, tmp_path / "c", max_steps=3), MODEL, progress=False, stop_at=2)  # the default: materialized
+    rest = train(cfg(folder, tmp_path / "c", max_steps=3, materialize_packing=False), None, progress=False, resume=True)
+    assert [r["loss"] for r in rest.log["train"]] == [r["loss"] for r in gathered.log["train"]]
     with pytest.raises(ValueError, match=r"materialize_packing=True applies with packing .*; give packing"):
         cfg(folder, tmp_path / "x", packing=None, materialize_packing=True)

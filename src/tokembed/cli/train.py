@@ -221,10 +221,11 @@ def _add_training_options(t) -> None:
     options.add_packing(t, "train on whole documents, attention and positions within each (no --stride)")
     t.add_argument(
         "--materialize-packing",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
         default=None,
         help="with --packing over a shard folder: write the packed windows once into the cache and read them as "
-        "rows (the same batches, faster; as much disk as the split)",
+        "rows (the same batches, faster; as much disk as the split); default: a local split of up to 2**28 tokens "
+        "is, when the cache has room; --no-materialize-packing always gathers them from the shards",
     )
     t.add_argument(
         "--steps", type=int, dest="max_steps", help=f"optimizer steps in all (default {default('max_steps')})"

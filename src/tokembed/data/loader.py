@@ -641,7 +641,8 @@ def create_dataloader(
         materialize: with ``packing`` over a shard folder, write the packed windows once into the cache and read
             them as rows (the speed of sliding windows; as much disk as the split): see `PackedWindows`. None (the
             default): a local folder's split of up to `tokembed.data.packed.AUTO_MATERIALIZE_TOKENS` tokens is
-            materialized when the cache can be written; False: always gathered. The batches are the same.
+            materialized when the cache can be written and the rows take at most half of its free space; False:
+            always gathered. The batches are the same.
 
     Returns:
         A `WindowLoader`: iterate for ``(inputs, targets)``, int64 (B, T) each (or what ``output`` asks for);

@@ -8,10 +8,12 @@ tokens of the same document; a document's last token and the padding predict not
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import logging
 import os
+import shutil
 import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -61,7 +63,8 @@ class PackedWindows(SlidingWindowDataset):
             rows of ``max_length + 1`` tokens (as much disk as the split's tokens), and read them as sliding
             windows are read: one row index per batch, several times faster than gathering the pieces. The
             batches are the same either way. None (the default): materialize a local folder's split of at most
-            `AUTO_MATERIALIZE_TOKENS` tokens when the cache can be written, else gather; False: always gather.
+            `AUTO_MATERIALIZE_TOKENS` tokens when the cache can be written and the rows take at most half of its
+            free space (logged at INFO either way), else gather; False: always gather.
 
     Attributes:
         plan: the `PackingPlan`; ``plan.stats()`` gives the padding share.
@@ -251,18 +254,48 @@ class PackedWindows(SlidingWindowDataset):
         pid, stored = self.__dict__.get("_stored_pid", (None, None))
         if pid == os.getpid() and stored is not None:
             return stored
-        _, stem = plan_key(self._data_key, self.n_tokens, max_length=self.max_length, packer=self.packing)
+        _, stem = plan_key(self._rows_key(), self.n_tokens, max_length=self.max_length, packer=self.packing)
         w, t = self.n_windows, self.max_length
         # The ignored targets are an npz not named .npz (the plans are).
         rows_path, ignore_path = Path(f"{stem}.rows-{np.dtype(self.dtype).name}"), Path(f"{stem}.ignored")
         ignore = _read_ignore(ignore_path, w)
-        if ignore is None or not rows_path.exists() or rows_path.stat().st_size != w * (t + 1) * self.dtype.itemsize:
+        size = w * (t + 1) * self.dtype.itemsize
+        if ignore is None or not rows_path.exists() or rows_path.stat().st_size != size:
+            self._check_room(rows_path, size)
+            _log.info(
+                "packed windows materialized once into %s (%s bytes; materialize=False gathers them)",
+                rows_path,
+                f"{size:,}",
+            )
             ignore = self._write_stored(rows_path, ignore_path)
         # A plain ndarray view of the map (it keeps the map open): np.memmap's row index costs ~1 us more a call.
         rows = np.memmap(rows_path, dtype=self.dtype, mode="r", shape=(w, t + 1)).view(np.ndarray)
         stored = (rows, *ignore)
         self._stored_pid = (os.getpid(), stored)
         return stored
+
+    def _check_room(self, path: Path, size: int) -> None:
+        """Materializing by itself (``materialize=None``) takes at most half of the cache's free space: the disk
+        stays usable for what the user writes (checkpoints); asked for (True), the rows are written if they fit."""
+        if self._materialize_asked is None:
+            free = shutil.disk_usage(path.parent).free
+            if 2 * size > free:
+                raise OSError(
+                    errno.ENOSPC,
+                    f"the packed windows would take {size:,} bytes of the {free:,} free in {path.parent}, more than "
+                    "half (materialize=True writes them)",
+                )
+
+    def _rows_key(self) -> str:
+        """What the materialized rows are keyed by: the plan's key (the shards' sha256s), and for a token file whose
+        sha256 is not recorded (a Megatron dataset made elsewhere: known by its ``.idx``'s, which another corpus of
+        the same documents' lengths shares) the file as it is now (device, inode, size, mtime)."""
+        shards = cast(ShardSet, self._shards)
+        unhashed = [s.tokens for s in shards.shards if str(s.sha256).startswith("idx:")]  # `MegatronSplit`'s mark
+        if not unhashed:
+            return self._data_key
+        stats = [os.stat(shards.root / name) for name in unhashed]
+        return json.dumps([self._data_key, [(s.st_dev, s.st_ino, s.st_size, s.st_mtime_ns) for s in stats]])
 
     def _write_stored(self, rows_path: Path, ignore_path: Path) -> tuple[np.ndarray, np.ndarray]:
         """Gather every window once (in order, a few MB at a time) into ``rows_path`` and its ignored targets

@@ -67,7 +67,7 @@ class TrainConfig:
         materialize_packing: with ``packing`` over a shard folder, write the packed windows once into the
             cache and read them as rows (`tokembed.data.packed.PackedWindows`, ``materialize``): the same
             batches, read several times faster, for as much disk as the split's tokens. None (the default): the
-            loader's choice (a local split of up to 2**28 tokens is materialized when the cache can be written);
+            loader's choice (a local split of up to 2**28 tokens is materialized when the cache has room);
             False: always gathered.
     """
 
