@@ -30,14 +30,20 @@ setup-dev: $(VENV)/.installed-dev
 demo: $(VENV)/.installed
 	$(BIN)/tokembed demo
 
+# Tests run in parallel processes (pytest-xdist), one per core up to 4, each with one torch thread (torch would
+# otherwise start a thread per core in every process: 2 processes x 2 threads on 2 cores ran no faster than one).
+# TEST_WORKERS=0 runs them in this process (for pdb, or to see a test's output as it runs).
+TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ $$n -gt 4 ] && n=4; echo $$n)
+PYTEST := OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(TEST_WORKERS)
+
 # The whole suite (CI: .ci/run).
 test: $(VENV)/.installed-dev lint
-	$(BIN)/python -m pytest -q --durations=15
+	$(PYTEST) -q --durations=15
 
 # Everyday work: every test not marked slow (torchrun, Ray, Chromium, kill -9, long training; see
 # tests/conftest.py), under 90 s on the 2-core development machine. Extra pytest options: make test-fast ARGS="-x".
 test-fast: $(VENV)/.installed-dev lint
-	$(BIN)/python -m pytest -q -m "not slow" $(ARGS)
+	$(PYTEST) -q -m "not slow" $(ARGS)
 
 # ruff (lint + format), then mypy over src/tokembed ([tool.mypy] in pyproject.toml; its cache is .mypy_cache/).
 lint: $(VENV)/.installed-dev

@@ -6,7 +6,8 @@ Two tiers (see the Makefile):
 
 - ``make test`` runs every test (CI: ``.ci/run``).
 - ``make test-fast`` runs ``pytest -m "not slow"`` (plus lint) for everyday work: under 90 s on the 2-core
-  development machine.
+  development machine (62-64 s). Both run in one process per core (pytest-xdist): a test must not depend on
+  another test having run, nor on the order; session fixtures are built once per process.
 
 **Make a test cheap first, then mark what is still slow.** Cheap: a module- or session-scoped fixture for what
 several tests read (a shard folder, a trained run); the story read as ``tokenizer="bytes"`` (257 ids) where the
