@@ -224,7 +224,7 @@ def _add_training_options(t) -> None:
         action=argparse.BooleanOptionalAction,
         default=None,
         help="with --packing over a shard folder: write the packed windows once into the cache and read them as "
-        "rows (the same batches, faster; as much disk as the split); default: a local split of up to 2**28 tokens "
+        "rows (the same batches, faster; the split's bytes plus its padding on disk); default: a local split of up to 2**28 tokens "
         "is, when the cache has room; --no-materialize-packing always gathers them from the shards",
     )
     t.add_argument(
