@@ -72,6 +72,27 @@ def test_same_ids_on_any_text(text):
         assert fast.encode_ordinary(text).tolist() == enc.encode_ordinary(text)  # lone surrogates included
 
 
+# Code points assigned after Unicode 14 (Python 3.11's tables): CJK Extension J (Unicode 17) and I (15.1), Kawi
+# (15.0), Garay (16.0), and never-assigned ones. gigatoken's tables class some as letters where tiktoken's do not.
+_NEWER = [0x323B0, 0x323B1, 0x3347F, 0x2EBF0, 0x2EE5D, 0x11F00, 0x10D40, 0x10D4E, 0x1E5D0, 0xE0080, 0x40000]
+
+
+@settings(max_examples=100)
+@given(st.lists(st.sampled_from([chr(c) for c in _NEWER]) | st.text(max_size=6), min_size=1, max_size=8))
+def test_characters_newer_than_pythons_unicode_get_tiktokens_ids(parts):
+    text = "".join(parts)
+    for name in NAMES:
+        assert _fast(name).encode_ordinary(text).tolist() == tokembed.get_tokenizer(name).encode_ordinary(text)
+        assert [a.tolist() for a in _fast(name).encode_batch([text, "x"])] == [
+            tokembed.get_tokenizer(name).encode_ordinary(t) for t in (text, "x")
+        ]
+
+
+def test_the_text_hypothesis_found_gets_tiktokens_ids():
+    for name in NAMES:  # U+323B0 ':' 'A': cl100k/o200k split it as a letter run where tiktoken does not
+        assert _fast(name).encode_ordinary("\U000323b0:A").tolist() == [172, 110, 236, 108, 25, 32]
+
+
 def test_where_gigatoken_cannot_be_exact_it_is_not_used():
     p50k = tokembed.get_tokenizer("p50k_base")
     assert "gaps" in fast_backend_problem(p50k)

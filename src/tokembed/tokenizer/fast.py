@@ -3,7 +3,8 @@
 gigatoken (optional extra ``tokembed[fast]``) encodes GPT-2, r50k_base, cl100k_base and o200k_base about
 5-15x faster than tiktoken on one core, with the same ids (benchmarks/bench_tokenize.py measures both;
 tests compare them on hypothesis text, the chapter's translations, the story, code and whitespace runs).
-Texts it cannot take (lone surrogates) go to tiktoken, which repairs them. Its piece cache grows with
+Texts it cannot take (lone surrogates) go to tiktoken, which repairs them, and so do texts with characters newer
+than this Python's Unicode tables, which the two class differently (`_new_characters`). Its piece cache grows with
 every new word (gigatoken 0.10), so it is rebuilt after each `RESET_CHARS` characters.
 """
 
@@ -13,6 +14,7 @@ import functools
 import importlib.util
 import os
 import tempfile
+import unicodedata
 import warnings
 from pathlib import Path
 from typing import Any
@@ -65,6 +67,28 @@ def _build_gigatoken(enc: Tokenizer) -> Any:
         pattern, ranks = _bpe_tables(enc)
         path.write_bytes(dump_ranks(ranks or {}))
         return BPETokenizer.from_tiktoken(str(path), _SCHEMES[pattern or ""], None)  # no specials: encode_ordinary
+
+
+# The first code point after ASCII that Unicode leaves unassigned (U+0378): a text below it needs no look.
+_FIRST_UNASSIGNED = 0x378
+
+
+@functools.cache
+def _unassigned() -> np.ndarray:  # (0x110000,) bool
+    """Code points this Python's Unicode tables (`unicodedata`) leave unassigned (category Cn)."""
+    category = unicodedata.category
+    return np.fromiter((category(chr(cp)) == "Cn" for cp in range(0x110000)), dtype=bool, count=0x110000)
+
+
+def _new_characters(text: str) -> bool:
+    """Whether ``text`` holds a code point that Unicode assigned after this Python's tables: gigatoken's tables
+    are newer than tiktoken's and class some of them as letters (U+323B0, CJK Extension J, Unicode 17), so the two
+    split such a text differently. Every code point where their ids differ was unassigned in Python 3.11's
+    Unicode 14 (a scan of all 1.1 M code points, gpt2/cl100k/o200k); such a text goes to tiktoken."""
+    if text.isascii() or ord(max(text)) < _FIRST_UNASSIGNED:
+        return False
+    code_points = np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+    return bool(_unassigned()[code_points].any())
 
 
 class TokenEncoder:
@@ -135,13 +159,13 @@ class TokenEncoder:
         fast = self._fast
         if fast is not None:
             try:
-                return [fast.encode(t) for t in texts]
+                return [self._reference(t) if _new_characters(t) else fast.encode(t) for t in texts]
             except TypeError:  # a lone surrogate somewhere: one at a time, tiktoken repairing it
                 pass
         return [self._one(t) for t in texts]
 
     def _one(self, text: str) -> np.ndarray:
-        if self._fast is None:
+        if self._fast is None or _new_characters(text):
             return self._reference(text)
         try:
             return self._fast.encode(text)
