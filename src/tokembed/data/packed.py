@@ -35,9 +35,10 @@ __all__ = ["AUTO_MATERIALIZE_TOKENS", "PackedWindows"]
 _log = logging.getLogger(__name__)
 
 # The largest split `PackedWindows` materializes by itself (materialize=None): 2**28 tokens, 512 MiB of uint16 rows in
-# the cache plus the padding (up to twice that when every document is just over half a window). Writing them costs about one epoch of gathering, once (~3 s at this size; benchmarks/bench_loader.py);
-# every epoch after reads them ~3x faster, and every later run on the same data (the file is keyed by the data's
-# sha256s) from its first batch. Larger splits are gathered unless materialize=True asks for the disk.
+# the cache plus the padding (up to twice that when every document is just over half a window). Writing them costs
+# about one epoch of gathering, once (~3 s at this size; benchmarks/bench_loader.py); every epoch after reads them
+# ~3x faster, and every later run on the same data (the file is keyed by the data's sha256s) from its first batch.
+# Larger splits are gathered unless materialize=True asks for the disk.
 AUTO_MATERIALIZE_TOKENS = 1 << 28
 
 
