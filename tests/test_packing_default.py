@@ -77,6 +77,28 @@ def test_a_small_local_split_is_materialized_by_default_with_the_same_batches(fo
     assert PackedWindows(folder, max_length=32).materialize is True  # the dataset's own default too
 
 
+def test_cache_dir_takes_the_plan_and_the_rows_of_a_local_folder(folder, cache, tmp_path):
+    """``cache_dir`` names tokembed's cache for this loader: packing's plan and rows go there, not to the default."""
+    kw = dict(batch_size=3, max_length=32, packing="best-fit", seed=4)
+    mine = tmp_path / "mine"
+    loader = tokembed.create_dataloader(folder, cache_dir=mine, **kw)
+    assert loader.dataset.materialize is True
+    assert stored_files(mine / "packing") == ["ignored", "rows-uint16"]
+    assert len(list((mine / "packing").glob("*.npz"))) == 1  # the plan
+    assert not cache.exists()  # nothing in TOKEMBED_CACHE_DIR
+    same_batches(loader, tokembed.create_dataloader(folder, materialize=False, **kw))
+    # The CLI's --cache-dir makes it the process's default (set_remote_defaults): packing follows it too.
+    from tokembed.storage.options import set_remote_defaults
+
+    old = set_remote_defaults(cache_dir=tmp_path / "cli")
+    try:
+        assert PackedWindows(folder, max_length=16).materialize is True
+    finally:
+        set_remote_defaults(storage_options=old.storage_options, cache_dir=old.cache_dir, cache_bytes=old.cache_bytes)
+    assert stored_files(tmp_path / "cli" / "packing") == ["ignored", "rows-uint16"]
+    assert stored_files(cache) == []  # (the gathered loader above planned into the default cache: no rows)
+
+
 def test_a_split_over_the_limit_an_array_and_a_mixture_are_gathered(folder, cache, tmp_path, monkeypatch):
     monkeypatch.setattr(packed, "AUTO_MATERIALIZE_TOKENS", 100)
     assert PackedWindows(folder, max_length=32).materialize is False

@@ -29,6 +29,7 @@ from tokembed.data.batch import IGNORE_INDEX, DocumentBatch, DocumentLayout
 from tokembed.data.packing import PackingPlan, cached_plan, check_packer, plan_key, plan_packing
 from tokembed.data.windows import SlidingWindowDataset, WindowSource, _split_rows
 from tokembed.shards.reader import ShardSet
+from tokembed.storage.options import remote_options
 
 __all__ = ["AUTO_MATERIALIZE_TOKENS", "PackedWindows"]
 
@@ -66,6 +67,8 @@ class PackedWindows(SlidingWindowDataset):
             batches are the same either way. None (the default): materialize a local folder's split of at most
             `AUTO_MATERIALIZE_TOKENS` tokens when the cache can be written and the rows take at most half of its
             free space (logged at INFO either way), else gather; False: always gather.
+        cache_dir: the cache's root for the plan and the materialized windows (its ``packing/`` folder; default
+            `tokembed.storage.options.default_cache_dir`); for a remote folder, the block cache's too.
 
     Attributes:
         plan: the `PackingPlan`; ``plan.stats()`` gives the padding share.
@@ -94,6 +97,9 @@ class PackedWindows(SlidingWindowDataset):
                 f"{'stride' if stride is not None else 'within_documents'} does not apply to packed windows "
                 "(each window holds whole documents from its first slot); leave it out"
             )
+        # The plan and the materialized rows go to ``cache_dir``'s packing/ folder when one is given (for a remote
+        # folder it holds the block cache as well), else to tokembed's cache folder.
+        self._cache_dir = remote_options(cache_dir=options.get("cache_dir")).cache_dir  # the CLI's --cache-dir too
         super().__init__(source, max_length=max_length, **options)
 
     def _plan_windows(self) -> None:
@@ -101,7 +107,12 @@ class PackedWindows(SlidingWindowDataset):
             index = [(s.n_documents, getattr(s, "index_sha256", None)) for s in self._shards.shards]
             self._data_key = json.dumps([self.fingerprint(), index])
             self.plan: PackingPlan = cached_plan(
-                self._data_key, self.document_starts, self.n_tokens, max_length=self.max_length, packer=self.packing
+                self._data_key,
+                self.document_starts,
+                self.n_tokens,
+                max_length=self.max_length,
+                packer=self.packing,
+                cache_dir=self._cache_dir,
             )
             if self._materialize_asked is None:  # automatic: a local split small enough, when the cache takes it
                 self.materialize = not self.streamed and self.n_tokens <= AUTO_MATERIALIZE_TOKENS
@@ -255,7 +266,9 @@ class PackedWindows(SlidingWindowDataset):
         pid, stored = self.__dict__.get("_stored_pid", (None, None))
         if pid == os.getpid() and stored is not None:
             return stored
-        _, stem = plan_key(self._rows_key(), self.n_tokens, max_length=self.max_length, packer=self.packing)
+        _, stem = plan_key(
+            self._rows_key(), self.n_tokens, max_length=self.max_length, packer=self.packing, cache_dir=self._cache_dir
+        )
         w, t = self.n_windows, self.max_length
         # The ignored targets are an npz not named .npz (the plans are).
         rows_path, ignore_path = Path(f"{stem}.rows-{np.dtype(self.dtype).name}"), Path(f"{stem}.ignored")
