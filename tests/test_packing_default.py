@@ -62,7 +62,7 @@ def same_batches(a, b):
 
 
 def stored_files(cache):
-    return sorted(p.name.split(".", 1)[1] for p in cache.iterdir() if not p.name.endswith(".npz"))
+    return sorted(p.name.split(".", 1)[1] for p in cache.iterdir() if not p.name.endswith((".npz", ".lock")))
 
 
 @pytest.mark.parametrize("output", ["pairs", "documents"])
@@ -97,6 +97,35 @@ def test_cache_dir_takes_the_plan_and_the_rows_of_a_local_folder(folder, cache, 
         set_remote_defaults(storage_options=old.storage_options, cache_dir=old.cache_dir, cache_bytes=old.cache_bytes)
     assert stored_files(tmp_path / "cli" / "packing") == ["ignored", "rows-uint16"]
     assert stored_files(cache) == []  # (the gathered loader above planned into the default cache: no rows)
+
+
+def test_processes_opening_the_same_data_together_write_the_rows_once(folder, cache, monkeypatch):
+    """DDP ranks and workers open the dataset at the same moment: one writes the rows, the others wait and read them
+    (before, each wrote its own copy, and each checked the disk's room as if it were alone)."""
+    import threading
+    import time
+
+    writes = []
+    write = PackedWindows._write_stored
+
+    def slow_write(self, *args):
+        writes.append(threading.get_ident())
+        time.sleep(0.5)  # the others arrive while the rows are being written
+        return write(self, *args)
+
+    monkeypatch.setattr(PackedWindows, "_write_stored", slow_write)
+    made: list = []
+    threads = [threading.Thread(target=lambda: made.append(PackedWindows(folder, max_length=32))) for _ in range(3)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert len(made) == 3 and all(d.materialize for d in made)
+    assert len(writes) == 1
+    gathered = PackedWindows(folder, max_length=32, materialize=False)
+    k = np.arange(len(gathered))
+    for d in made:
+        assert all(torch.equal(u, v) for u, v in zip(d.gather(k), gathered.gather(k), strict=True))
 
 
 def test_a_split_over_the_limit_an_array_and_a_mixture_are_gathered(folder, cache, tmp_path, monkeypatch):

@@ -15,7 +15,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["LOCK_NAME", "folder_lock"]
+__all__ = ["LOCK_NAME", "folder_lock", "waiting_lock"]
 
 LOCK_NAME = ".tokembed.lock"
 
@@ -58,6 +58,19 @@ def folder_lock(folder: str | os.PathLike, *, what: str, shared: bool = False) -
             raise BlockingIOError(
                 f"{folder} is being written by {_holder(path)} (it holds {path}); wait for it to finish, or use another output folder"
             ) from None
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+@contextlib.contextmanager
+def waiting_lock(path: str | os.PathLike) -> Iterator[None]:
+    """Hold an exclusive lock on the file ``path`` (created empty when absent, never removed) for the block,
+    waiting while another process or thread holds it: one of them makes a shared file, the others then read it."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
         os.close(fd)  # closing the descriptor releases the lock

@@ -25,6 +25,7 @@ import torch
 
 from tokembed._atomic import atomic_open
 from tokembed._checks import check_bool
+from tokembed._lock import waiting_lock
 from tokembed.data.batch import IGNORE_INDEX, DocumentBatch, DocumentLayout
 from tokembed.data.packing import PackingPlan, cached_plan, check_packer, plan_key, plan_packing
 from tokembed.data.windows import SlidingWindowDataset, WindowSource, _split_rows
@@ -272,16 +273,21 @@ class PackedWindows(SlidingWindowDataset):
         w, t = self.n_windows, self.max_length
         # The ignored targets are an npz not named .npz (the plans are).
         rows_path, ignore_path = Path(f"{stem}.rows-{np.dtype(self.dtype).name}"), Path(f"{stem}.ignored")
-        ignore = _read_ignore(ignore_path, w)
         size = w * (t + 1) * self.dtype.itemsize
-        if ignore is None or not rows_path.exists() or rows_path.stat().st_size != size:
-            self._check_room(rows_path, size)
-            _log.info(
-                "packed windows materialized once into %s (%s bytes; materialize=False gathers them)",
-                rows_path,
-                f"{size:,}",
-            )
-            ignore = self._write_stored(rows_path, ignore_path)
+        ignore = _read_ignore(ignore_path, w) if _has_size(rows_path, size) else None
+        if ignore is None:
+            # The ranks and workers of a machine open the dataset together: one writes the rows, the others wait
+            # for it, then read them (nor do they each take the disk's room for a copy of their own).
+            with waiting_lock(Path(f"{stem}.lock")):
+                ignore = _read_ignore(ignore_path, w) if _has_size(rows_path, size) else None
+                if ignore is None:
+                    self._check_room(rows_path, size)
+                    _log.info(
+                        "packed windows materialized once into %s (%s bytes; materialize=False gathers them)",
+                        rows_path,
+                        f"{size:,}",
+                    )
+                    ignore = self._write_stored(rows_path, ignore_path)
         # A plain ndarray view of the map (it keeps the map open): np.memmap's row index costs ~1 us more a call.
         rows = np.memmap(rows_path, dtype=self.dtype, mode="r", shape=(w, t + 1)).view(np.ndarray)
         stored = (rows, *ignore)
@@ -434,6 +440,13 @@ class _Selection:
     def segments(self, t: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(flat, row, counts)``, as `tokembed.data.batch.DocumentLayout` takes them."""
         return self.flat, self.flat // t, self.counts
+
+
+def _has_size(path: Path, size: int) -> bool:
+    try:
+        return path.stat().st_size == size
+    except FileNotFoundError:
+        return False
 
 
 def _read_ignore(path: Path, windows: int) -> tuple[np.ndarray, np.ndarray] | None:
