@@ -28,3 +28,20 @@ def test_resuming_a_finished_run_without_validation_data_writes_nothing(tmp_path
     train(config, resume=True, progress=False)
     assert sorted(p.name for p in tmp_path.iterdir() if p.name != "shards") == before
     assert (tmp_path / "run" / "model.safetensors").stat().st_mtime_ns == saved
+
+
+def test_a_cache_dir_with_a_tilde_is_the_home_folder_for_packing_too(tmp_path, monkeypatch):
+    """``cache_dir="~/c"`` is ``$HOME/c`` for the block cache (`RemoteOptions.resolved_cache_dir`, as for
+    TOKEMBED_CACHE_DIR); packing's plan and rows go there too. Was: a folder literally named ``~`` in the working
+    directory (``Path("~/c")`` without expanduser), beside a block cache in the home folder."""
+    from tokembed.data.packed import PackedWindows
+
+    home, cwd = tmp_path / "home", tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(cwd)
+    folder = tmp_path / "f"
+    write_shards(folder, counting_docs([[30, 25, 40, 33] * 4]))
+    assert PackedWindows(folder, max_length=16, cache_dir="~/c").materialize is True
+    assert not (cwd / "~").exists()
+    assert sorted(p.suffix for p in (home / "c" / "packing").iterdir()) == [".ignored", ".lock", ".npz", ".rows-uint16"]

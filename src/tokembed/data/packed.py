@@ -100,7 +100,8 @@ class PackedWindows(SlidingWindowDataset):
             )
         # The plan and the materialized rows go to ``cache_dir``'s packing/ folder when one is given (for a remote
         # folder it holds the block cache as well), else to tokembed's cache folder.
-        self._cache_dir = remote_options(cache_dir=options.get("cache_dir")).cache_dir  # the CLI's --cache-dir too
+        # (Resolved as the block cache resolves it: "~" is the home folder, not a folder named "~".)
+        self._cache_dir = remote_options(cache_dir=options.get("cache_dir")).resolved_cache_dir()  # --cache-dir too
         super().__init__(source, max_length=max_length, **options)
 
     def _plan_windows(self) -> None:
