@@ -18,6 +18,8 @@ from pathlib import Path
 __all__ = ["LOCK_NAME", "folder_lock", "waiting_lock"]
 
 LOCK_NAME = ".tokembed.lock"
+# What flock raises on a file system without locks.
+_NO_LOCKS = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS}
 
 
 def _holder(path: Path) -> str:
@@ -66,11 +68,20 @@ def folder_lock(folder: str | os.PathLike, *, what: str, shared: bool = False) -
 @contextlib.contextmanager
 def waiting_lock(path: str | os.PathLike) -> Iterator[None]:
     """Hold an exclusive lock on the file ``path`` (created empty when absent, never removed) for the block,
-    waiting while another process or thread holds it: one of them makes a shared file, the others then read it."""
+    waiting while another process or thread holds it: one of them makes a shared file, the others then read it.
+
+    Only for a lock that spares work (the shared file is written atomically either way): where the file system
+    has no locks (NFS without its lock daemon: ENOLCK; some FUSE or Lustre mounts: EOPNOTSUPP, ENOSYS), the block
+    runs unlocked (as HDF5's best-effort file locking does).
+    """
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError as e:
+            if e.errno not in _NO_LOCKS:
+                raise
         yield
     finally:
         os.close(fd)  # closing the descriptor releases the lock
