@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 import os
 
+import pytest
+
+from conftest import STORY
 from handmade_shards import counting_docs, write_shards
 from tokembed import TrainConfig, train
 
@@ -76,3 +79,35 @@ def test_materialized_packing_works_where_the_file_system_has_no_locks(tmp_path,
             assert made.materialize is True
             k = np.arange(len(gathered))
             assert all(torch.equal(u, v) for u, v in zip(made.gather(k), gathered.gather(k), strict=True))
+
+
+def test_the_resave_of_a_run_stopped_at_its_last_step_keeps_the_older_checkpoints(tmp_path, monkeypatch):
+    """keep_checkpoints=2 keeps this checkpoint and the newest previous one. A run stopped by Ctrl-C at its last step
+    saves it without the evaluation due there; its resume evaluates and saves that step again (1e45989). Was: the
+    re-save retired the checkpoint it replaces into ``run.step-0000006``, a second copy of the same step, and pruned
+    ``run.step-0000005``: the one earlier point to go back to was lost. A save of the same step supersedes it."""
+    import signal
+
+    from tokembed import load_checkpoint
+    from tokembed.training import loop
+
+    config = TrainConfig(
+        data=str(STORY), out=str(tmp_path / "run"), max_length=16, batch_size=4, max_steps=6, eval_interval=5,
+        eval_batches=1, checkpoint_interval=5, keep_checkpoints=2, tokenizer="bytes",
+    )  # fmt: skip
+    step = loop._Run._step
+
+    def signalled_at_the_last_step(self, interrupt):
+        got = step(self, interrupt)
+        return signal.SIGINT if self.state.step == 6 else got
+
+    monkeypatch.setattr(loop._Run, "_step", signalled_at_the_last_step)
+    with pytest.raises(KeyboardInterrupt, match="stopped by SIGINT after step 6"):
+        train(config, {"dim": 8, "n_layers": 1, "n_heads": 1}, progress=False)
+    monkeypatch.setattr(loop._Run, "_step", step)
+    runs = sorted(p.name for p in tmp_path.iterdir())
+    assert runs == ["run", "run.step-0000005"]
+    train(config, resume=True, progress=False)
+    assert [e["step"] for e in json.loads((tmp_path / "run" / "log.json").read_text())["val"]] == [5, 6]
+    assert sorted(p.name for p in tmp_path.iterdir()) == runs
+    assert load_checkpoint(tmp_path / "run.step-0000005")[1]["step"] == 5
