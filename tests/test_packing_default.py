@@ -128,6 +128,31 @@ def test_processes_opening_the_same_data_together_write_the_rows_once(folder, ca
         assert all(torch.equal(u, v) for u, v in zip(d.gather(k), gathered.gather(k), strict=True))
 
 
+def test_a_cache_on_a_file_system_without_locks_still_materializes(folder, cache, monkeypatch):
+    """The lock only saves work: where flock is not supported (some network file systems) the rows are written
+    unlocked (atomically, so two writers are safe), not refused."""
+    import errno
+
+    def no_locks(fd, op):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr("tokembed._lock.fcntl.flock", no_locks)
+    asked = PackedWindows(folder, max_length=32, materialize=True)
+    assert asked.materialize is True and stored_files(cache) == ["ignored", "rows-uint16"]
+    gathered = PackedWindows(folder, max_length=32, materialize=False)
+    k = np.arange(len(gathered))
+    assert all(torch.equal(u, v) for u, v in zip(asked.gather(k), gathered.gather(k), strict=True))
+
+    def broken(fd, op):
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr("tokembed._lock.fcntl.flock", broken)
+    for name in list(cache.iterdir()):
+        name.unlink()
+    with pytest.raises(OSError, match="Input/output error"):
+        PackedWindows(folder, max_length=32, materialize=True)  # asked for: a real failure is not hidden
+
+
 def test_a_split_over_the_limit_and_an_array_are_gathered(folder, cache, monkeypatch):
     monkeypatch.setattr(packed, "AUTO_MATERIALIZE_TOKENS", 100)
     assert PackedWindows(folder, max_length=32).materialize is False

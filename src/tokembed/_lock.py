@@ -66,11 +66,19 @@ def folder_lock(folder: str | os.PathLike, *, what: str, shared: bool = False) -
 @contextlib.contextmanager
 def waiting_lock(path: str | os.PathLike) -> Iterator[None]:
     """Hold an exclusive lock on the file ``path`` (created empty when absent, never removed) for the block,
-    waiting while another process or thread holds it: one of them makes a shared file, the others then read it."""
+    waiting while another process or thread holds it: one of them makes a shared file, the others then read it.
+
+    Only an economy: on a file system without locks (ENOLCK, EOPNOTSUPP) the block runs unlocked, so what it
+    writes must be safe to write twice (atomically, as `tokembed._atomic` writes).
+    """
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError as e:
+            if e.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+                raise
         yield
     finally:
         os.close(fd)  # closing the descriptor releases the lock
