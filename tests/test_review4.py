@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
@@ -49,36 +48,6 @@ def test_a_cache_dir_with_a_tilde_is_the_home_folder_for_packing_too(tmp_path, m
     assert PackedWindows(folder, max_length=16, cache_dir="~/c").materialize is True
     assert not (cwd / "~").exists()
     assert sorted(p.suffix for p in (home / "c" / "packing").iterdir()) == [".ignored", ".lock", ".npz", ".rows-uint16"]
-
-
-def test_materialized_packing_works_where_the_file_system_has_no_locks(tmp_path, monkeypatch):
-    """On an NFS mount without its lock daemon (or a FUSE or Lustre mount without flock) ``flock`` fails with ENOLCK
-    or EOPNOTSUPP. The lock only spares a second copy (the rows are written atomically), so ``materialize=True``
-    writes them unlocked there, as it did before the lock. Was: OSError "[Errno 37] No locks available" (and the
-    default silently gathered). The file system is simulated: flock answers as such a mount's does."""
-    import errno
-
-    import numpy as np
-    import torch
-
-    from tokembed import _lock
-    from tokembed.data.packed import PackedWindows
-
-    folder = tmp_path / "f"
-    write_shards(folder, counting_docs([[30, 25, 40, 33] * 4]))
-    gathered = PackedWindows(folder, max_length=16, materialize=False, cache_dir=tmp_path / "c")
-    for code in (errno.ENOLCK, errno.EOPNOTSUPP):
-
-        def no_locks(fd, op, code=code):
-            raise OSError(code, os.strerror(code))
-
-        monkeypatch.setattr(_lock.fcntl, "flock", no_locks)
-        for materialize in (True, None):
-            cache = tmp_path / f"c{code}{materialize}"
-            made = PackedWindows(folder, max_length=16, materialize=materialize, cache_dir=cache)
-            assert made.materialize is True
-            k = np.arange(len(gathered))
-            assert all(torch.equal(u, v) for u, v in zip(made.gather(k), gathered.gather(k), strict=True))
 
 
 def test_the_resave_of_a_run_stopped_at_its_last_step_keeps_the_older_checkpoints(tmp_path, monkeypatch):

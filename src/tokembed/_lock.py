@@ -18,8 +18,6 @@ from pathlib import Path
 __all__ = ["LOCK_NAME", "folder_lock", "waiting_lock"]
 
 LOCK_NAME = ".tokembed.lock"
-# What flock raises on a file system without locks.
-_NO_LOCKS = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS}
 
 
 def _holder(path: Path) -> str:
@@ -70,9 +68,8 @@ def waiting_lock(path: str | os.PathLike) -> Iterator[None]:
     """Hold an exclusive lock on the file ``path`` (created empty when absent, never removed) for the block,
     waiting while another process or thread holds it: one of them makes a shared file, the others then read it.
 
-    Only for a lock that spares work (the shared file is written atomically either way): where the file system
-    has no locks (NFS without its lock daemon: ENOLCK; some FUSE or Lustre mounts: EOPNOTSUPP, ENOSYS), the block
-    runs unlocked (as HDF5's best-effort file locking does).
+    Only an economy: on a file system without locks (ENOLCK, EOPNOTSUPP) the block runs unlocked, so what it
+    writes must be safe to write twice (atomically, as `tokembed._atomic` writes).
     """
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
@@ -80,7 +77,7 @@ def waiting_lock(path: str | os.PathLike) -> Iterator[None]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
         except OSError as e:
-            if e.errno not in _NO_LOCKS:
+            if e.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
                 raise
         yield
     finally:

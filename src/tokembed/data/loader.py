@@ -732,10 +732,6 @@ def _dataset(
                 "materialize=True applies with packing (it stores packed windows); give packing= or leave it out"
             )
         return SlidingWindowDataset(source, **options, **({} if variant is not None else remote))
-    if variant is not None:  # a Mixture: each source packed (MixtureWindows)
-        if materialize:
-            raise ValueError(
-                "materialize=True is not available for a mixture yet; leave it out (packing works without it)"
-            )
-        return variant()(source, packing=packing, **options)
+    if variant is not None:  # a Mixture: each source packed (MixtureWindows), each materialized or not
+        return variant()(source, packing=packing, materialize=materialize, **options)
     return PackedWindows(source, packing=packing, materialize=materialize, **options, **remote)

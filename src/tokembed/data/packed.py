@@ -386,12 +386,10 @@ class PackedWindows(SlidingWindowDataset):
         at = (lo - (counts.cumsum() - counts)).repeat(counts) + _arange(s)  # (S,) their entries in the table
         return local[at] + row * self.max_length, row, counts
 
-    def _packed_segments(self, k: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, tuple[np.ndarray, ...]]:
-        """Inputs, targets (R, T) of windows ``k`` and their segments ``(flat, row, counts)`` (see
-        `tokembed.data.batch.DocumentLayout`): one per piece, and a row's padding as one more."""
-        sel = self._select(k)
-        inputs, targets = self._gather(k)
-        return inputs, targets, sel.segments(self.max_length)
+    def _packed_segments(self, k: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Windows ``k``'s segments ``(flat, row, counts)`` (see `tokembed.data.batch.DocumentLayout`): one per
+        piece, and a row's padding as one more."""
+        return self._segments(k) if self.materialize else self._select(k).segments(self.max_length)
 
     def _document_batches(
         self,
