@@ -100,7 +100,9 @@ class PackedWindows(SlidingWindowDataset):
             )
         # The plan and the materialized rows go to ``cache_dir``'s packing/ folder when one is given (for a remote
         # folder it holds the block cache as well), else to tokembed's cache folder.
-        self._cache_dir = remote_options(cache_dir=options.get("cache_dir")).cache_dir  # the CLI's --cache-dir too
+        # (A "~" is the home folder, as for the block cache; None: the default, found in each process.)
+        given = remote_options(cache_dir=options.get("cache_dir")).cache_dir  # the CLI's --cache-dir too
+        self._cache_dir = None if given is None else Path(given).expanduser()
         super().__init__(source, max_length=max_length, **options)
 
     def _plan_windows(self) -> None:

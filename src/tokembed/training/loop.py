@@ -399,10 +399,11 @@ class _Run:
 
         Returns:
             Whether it was missing: the same on every rank (each read the same log), so every rank then takes part
-            in the checkpoint that saves it.
+            in the checkpoint that saves it. A run without validation data misses none (its log has no "val" rows:
+            counting them missing saved the step again at each resume, pruning an older kept checkpoint).
         """
         c, s = self.config, self.state
-        due = s.step > 0 and (s.step % c.eval_interval == 0 or s.step == c.max_steps)
+        due = bool(self.data.validation) and s.step > 0 and (s.step % c.eval_interval == 0 or s.step == c.max_steps)
         missing = due and (not s.log["val"] or s.log["val"][-1]["step"] != s.step)
         if missing:
             self._evaluate(progress)
