@@ -1,4 +1,4 @@
-"""review4's findings: each test failed before its fix (or is marked xfail where the fix is another helper's)."""
+"""review4's findings: each test failed before its fix (the fixes are in this branch; see /work/team/notes/review4.md)."""
 
 from __future__ import annotations
 
@@ -80,3 +80,36 @@ def test_the_resave_of_a_run_stopped_at_its_last_step_keeps_the_older_checkpoint
     assert [e["step"] for e in json.loads((tmp_path / "run" / "log.json").read_text())["val"]] == [5, 6]
     assert sorted(p.name for p in tmp_path.iterdir()) == runs
     assert load_checkpoint(tmp_path / "run.step-0000005")[1]["step"] == 5
+
+
+def _pruned_gpt2_file(path):
+    """GPT-2's ranks without the tokens ' th' and 'ing' (renumbered without gaps), as a .tiktoken file: a valid
+    tiktoken vocabulary (tiktoken merges any adjacent pair whose bytes are a token) that is not a merge list, since
+    ' the' and 'ting' no longer split into two tokens of lower rank."""
+    from tokembed.tokenizer import get_tokenizer
+    from tokembed.tokenizer.openai import dump_ranks
+
+    ranks = get_tokenizer("gpt2").mergeable_ranks
+    kept = [b for b, _ in sorted(ranks.items(), key=lambda kv: kv[1]) if b not in (b" th", b"ing")]
+    path.write_bytes(dump_ranks({b: i for i, b in enumerate(kept)}))
+    return path
+
+
+def test_prepare_with_a_tiktoken_file_that_gigatoken_cannot_build_gives_tiktokens_ids(tmp_path):
+    """The fast path promises tiktoken's ids for any tokenizer it takes, else tiktoken. gigatoken derives a merge
+    list from the ranks and panics (pyo3 PanicException, a BaseException) when a token does not split into two of
+    lower rank, which tiktoken does not need: ``prepare`` of such a .tiktoken file died in its workers."""
+    import numpy as np
+
+    from tokembed import get_tokenizer, open_shards, prepare_corpus
+
+    vocab = _pruned_gpt2_file(tmp_path / "pruned.tiktoken")
+    text = "the thing is nothing to the king\n"
+    (tmp_path / "in.txt").write_text(text, encoding="utf-8")
+    opts = dict(tokenizer=str(vocab), pattern="gpt2", workers=1, val_fraction=0.0)
+    prepare_corpus([tmp_path / "in.txt"], tmp_path / "out", **opts)
+    enc = get_tokenizer(str(vocab), pattern="gpt2")
+    shards = open_shards(tmp_path / "out", split="train")
+    assert np.asarray(shards.read(0, shards.n_tokens)).tolist() == [*enc.encode_ordinary(text), enc.eot_token]
+    with pytest.raises(ValueError, match=r"the gigatoken backend cannot be used: gigatoken cannot build pruned's"):
+        prepare_corpus([tmp_path / "in.txt"], tmp_path / "out2", **opts, backend="gigatoken")
