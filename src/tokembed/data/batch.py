@@ -171,12 +171,12 @@ class DocumentLayout:
     """The document metadata of K batches (``batch_size`` rows of ``length`` tokens each), computed together.
 
     Made from the batches' segments (`window_segments`, or a packed dataset's) in a fixed number of numpy
-    calls for all K batches: the segment lengths, every batch's ``cu_seqlens`` and ``doc_lens`` end to end,
-    each batch's longest segment. `batches` then makes `DocumentBatch` es from the tokens of a few of them
-    (a `_Chunk`), which make their ``position_ids`` on first read (`positions`: the only per-token work, a
-    repeat and a subtraction against one batch's ``arange``, for the chunk's batches together) and take
-    ``cu_seqlens``/``doc_lens`` as views of the layout's. Splitting the two keeps numpy's per-call costs off
-    each batch while the token arrays stay small (in cache).
+    calls for all K batches: the segment lengths, each batch's longest segment, and on the first read of one,
+    every batch's ``cu_seqlens`` and ``doc_lens`` end to end (`cu_seqlens`, `doc_lens`). `batches` then makes
+    `DocumentBatch` es from the tokens of a few of them (a `_Chunk`), which make their ``position_ids`` on first
+    read (`positions`: the only per-token work, a repeat and a subtraction against one batch's ``arange``, for
+    the chunk's batches together) and take ``cu_seqlens``/``doc_lens`` as views of the layout's. Splitting the
+    two keeps numpy's per-call costs off each batch while the token arrays stay small (in cache).
 
     Args:
         segments: ``(flat, row, counts)``: (S,) sorted segment starts in the flattened (K*B*T,) batches, every
@@ -212,24 +212,39 @@ class DocumentLayout:
         if max_documents is not None and int(per_batch.max()) > max_documents:
             j = int(np.flatnonzero(per_batch > max_documents)[0])
             self.too_many = (j, int(per_batch[j]))
-        # cu_seqlens of every batch end to end: its segments' starts, then b*t (its end; repeated: padding).
-        cu_len = per_batch + 1 if max_documents is None else np.maximum(per_batch + 1, max_documents + 1)
-        cu = np.full(int(cu_len.sum()), bt, dtype=np.int32)
-        # Batch j's entries begin j places after its first segment's index (one end entry per batch before it),
-        # or, padded, at j * (max_documents + 1).
-        shift = batch if max_documents is None else (np.cumsum(cu_len) - cu_len - self.first[:-1])[batch]
-        cu[_arange(s) + shift] = self.local
-        # doc_lens of every batch end to end, each (B, width) row-major: a row's segment lengths, then zeros.
-        width = per_row.max(axis=1) if max_documents is None else np.maximum(per_row.max(axis=1), max_documents)
-        gap = width.repeat(b) - counts  # (K*B,) zeros after each row's segments
-        doc_lens = np.zeros(int(width.sum()) * b, dtype=np.int32)
-        doc_lens[_arange(s) + (gap.cumsum() - gap)[row]] = self.lens
-        # Where each batch's entries begin and end in the two (plain lists: read once per batch).
-        self.cu, self.cu_sizes = cu, cu_len.tolist()
-        self.cu_views: tuple[torch.Tensor, ...] | None = None  # made on the first read of one
-        self.doc_lens, self.width, self.dl_at = doc_lens, width.tolist(), [0, *(width * b).cumsum().tolist()]
         self.longest = np.maximum.reduceat(self.lens, self.first[:-1]).tolist()  # (K,)
         self.first_list = self.first.tolist()
+        # For cu_seqlens and doc_lens, made for every batch on the first read of one (`cu_seqlens`, `doc_lens`).
+        self.row, self.batch, self.per_row = row, batch, per_row
+        self.cu_views: tuple[torch.Tensor, ...] | None = None
+        self.dl: tuple[np.ndarray, list[int], list[int]] | None = None  # doc_lens end to end, widths, offsets
+
+    def cu_seqlens(self) -> tuple[torch.Tensor, ...]:
+        """Every batch's ``cu_seqlens``: (S_j+1,) int32 views of one array, made on the first call."""
+        if self.cu_views is None:
+            b, s, per_batch, md = self.b, len(self.lens), np.diff(self.first), self.max_documents
+            # Every batch's end to end: its segments' starts, then b*t (its end; repeated: padding).
+            cu_len = per_batch + 1 if md is None else np.maximum(per_batch + 1, md + 1)
+            cu = np.full(int(cu_len.sum()), b * self.t, dtype=np.int32)
+            # Batch j's entries begin j places after its first segment's index (one end entry per batch before
+            # it), or, padded, at j * (max_documents + 1).
+            shift = self.batch if md is None else (np.cumsum(cu_len) - cu_len - self.first[:-1])[self.batch]
+            cu[_arange(s) + shift] = self.local
+            self.cu_views = torch.from_numpy(cu).split_with_sizes(cu_len.tolist())  # one call (~0.4 us a view)
+        return self.cu_views
+
+    def doc_lens(self, j: int) -> torch.Tensor:
+        """Batch ``j``'s ``doc_lens``: (B, D) int32, a view of every batch's, made on the first call."""
+        if self.dl is None:
+            b, s, per_row, md = self.b, len(self.lens), self.per_row, self.max_documents
+            # Every batch's end to end, each (B, width) row-major: a row's segment lengths, then zeros.
+            width = per_row.max(axis=1) if md is None else np.maximum(per_row.max(axis=1), md)
+            gap = width.repeat(b) - per_row.ravel()  # (K*B,) zeros after each row's segments
+            doc_lens = np.zeros(int(width.sum()) * b, dtype=np.int32)
+            doc_lens[_arange(s) + (gap.cumsum() - gap)[self.row]] = self.lens
+            self.dl = doc_lens, width.tolist(), [0, *(width * b).cumsum().tolist()]
+        doc_lens, width, at = self.dl
+        return torch.from_numpy(doc_lens[at[j] : at[j + 1]].reshape(self.b, width[j]))
 
     def batches(self, inputs: torch.Tensor, targets: torch.Tensor, first: int) -> list[DocumentBatch]:
         """Batches ``first, first + 1, ...`` of the layout, given their (n*B, T) contiguous ``inputs`` and
@@ -274,15 +289,11 @@ def _position_ids(chunk: _Chunk, i: int) -> torch.Tensor:
 
 
 def _cu_seqlens(chunk: _Chunk, i: int) -> torch.Tensor:
-    layout = chunk.layout
-    if layout.cu_views is None:  # every batch's, as views of the layout's, in one call (~0.4 us a view)
-        layout.cu_views = torch.from_numpy(layout.cu).split_with_sizes(layout.cu_sizes)
-    return layout.cu_views[chunk.first + i]
+    return chunk.layout.cu_seqlens()[chunk.first + i]
 
 
 def _doc_lens(chunk: _Chunk, i: int) -> torch.Tensor:
-    layout, j = chunk.layout, chunk.first + i
-    return torch.from_numpy(layout.doc_lens[layout.dl_at[j] : layout.dl_at[j + 1]].reshape(layout.b, layout.width[j]))
+    return chunk.layout.doc_lens(chunk.first + i)
 
 
 for _name, _make in (("position_ids", _position_ids), ("cu_seqlens", _cu_seqlens), ("doc_lens", _doc_lens)):
