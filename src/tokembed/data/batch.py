@@ -109,7 +109,7 @@ class _MadeOnRead:
 
 
 def _document_batch(
-    inputs: torch.Tensor, targets: torch.Tensor, max_seqlen: int, made: tuple[Any, int]
+    inputs: torch.Tensor, targets: torch.Tensor, max_seqlen: int, made: tuple[_Chunk, int]
 ) -> DocumentBatch:
     """A loader's `DocumentBatch`: its tokens and longest segment, and ``made`` = ``(chunk, i)``, the `_Chunk` that
     makes batch ``i``'s other fields on first read. Trusted (nothing to validate), without the frozen dataclass's
@@ -298,6 +298,7 @@ def _doc_lens(chunk: _Chunk, i: int) -> torch.Tensor:
 
 for _name, _make in (("position_ids", _position_ids), ("cu_seqlens", _cu_seqlens), ("doc_lens", _doc_lens)):
     setattr(DocumentBatch, _name, _MadeOnRead(_name, _make))
+del _name, _make
 
 
 def document_batch(
