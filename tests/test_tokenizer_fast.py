@@ -10,7 +10,7 @@ import sysconfig
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import tokembed
@@ -86,6 +86,21 @@ def test_characters_newer_than_pythons_unicode_get_tiktokens_ids(parts):
         assert [a.tolist() for a in _fast(name).encode_batch([text, "x"])] == [
             tokembed.get_tokenizer(name).encode_ordinary(t) for t in (text, "x")
         ]
+
+
+# New characters, the neighbours that make gigatoken's pieces differ (U+323B0 ':' 'A'), lone surrogates, plain text.
+_PIECES = st.sampled_from([chr(c) for c in _NEWER]) | st.sampled_from([":A", " ", "\ud800", "\udfff x", "caf\u00e9"])
+
+
+@settings(max_examples=60)
+@example(["caf\u00e9", "\U000323b0:A", "x", "\ud800", "\u6771\u4eac"])  # one text differs if it goes to gigatoken
+@given(st.lists(st.lists(_PIECES | st.text(max_size=8), max_size=5).map("".join), min_size=1, max_size=12))
+def test_a_batch_mixing_new_characters_surrogates_and_plain_text_gets_tiktokens_ids(texts):
+    """`encode_batch` looks at the batch's texts that are not ASCII in one go, then text by text only when that
+    finds a new character: each text still gets its own ids, whichever texts of the batch hold what."""
+    for name in NAMES:
+        enc = tokembed.get_tokenizer(name)
+        assert [a.tolist() for a in _fast(name).encode_batch(texts)] == [enc.encode_ordinary(t) for t in texts]
 
 
 def test_the_text_hypothesis_found_gets_tiktokens_ids():
