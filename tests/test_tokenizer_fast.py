@@ -89,7 +89,9 @@ def test_characters_newer_than_pythons_unicode_get_tiktokens_ids(parts):
 
 
 # New characters, the neighbours that make gigatoken's pieces differ (U+323B0 ':' 'A'), lone surrogates, plain text.
-_PIECES = st.sampled_from([chr(c) for c in _NEWER]) | st.sampled_from([":A", "\u58eb", " ", "\ud800", "\udfff x", "caf\u00e9"])
+_PIECES = st.sampled_from([chr(c) for c in _NEWER]) | st.sampled_from(
+    [":A", "\u58eb", " ", "\ud800", "\udfff x", "caf\u00e9"]
+)
 
 
 @settings(max_examples=60)
