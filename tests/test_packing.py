@@ -200,26 +200,44 @@ def test_packing_works_with_workers(folder):
     )
 
 
-def test_packing_with_a_mixture_draws_packed_windows_in_proportion(tmp_path):
+@pytest.mark.parametrize("materialize", [None, False], ids=["default", "gathered"])
+def test_packing_with_a_mixture_draws_packed_windows_in_proportion(tmp_path, materialize, monkeypatch):
+    monkeypatch.setattr("tokembed.data.loader._CHUNK_TOKENS", 3 * 8 * 32)  # tokens gathered 3 batches at a time
     rng = np.random.default_rng(3)
     ra, rb = tmp_path / "a", tmp_path / "b"
     sa, starts_a = write_cut_stream(ra, counting(rng.integers(1, 25, 200).tolist()), cuts=[1000])
     docs_b = [[v + 20000 for v in d] for d in counting(rng.integers(1, 25, 200).tolist())]
     sb, starts_b = write_cut_stream(rb, docs_b, cuts=[700])
     mix = tokembed.Mixture({ra: 0.75, rb: 0.25}, seed=1)
-    loader = tokembed.create_dataloader(mix, batch_size=8, max_length=32, packing="best-fit", return_documents=True)
+    kw = dict(batch_size=8, max_length=32, packing="best-fit", return_documents=True, materialize=materialize)
+    loader = tokembed.create_dataloader(mix, **kw)
+    assert all(s.materialize is (materialize is None) for s in loader.dataset.sources)
     windows = {
         name: {
             tuple(PackedWindows(r, max_length=32)[k][0].tolist()) for k in range(len(PackedWindows(r, max_length=32)))
         }
         for name, r in (("a", ra), ("b", rb))
     }
+    # Each row's metadata is its window's as one folder gives it (checked against the plan in test_documents.py).
+    single = {}
+    for r in (ra, rb):
+        ds = PackedWindows(r, max_length=32)
+        for k in range(len(ds)):
+            one = ds._gather_documents(np.array([k]))
+            single[tuple(one.inputs[0].tolist())] = one
     counts = {"a": 0, "b": 0}
     for b in loader:
-        for x in b.inputs.tolist():
+        starts = []
+        for i, x in enumerate(b.inputs.tolist()):
             name = "b" if max(x) >= 20000 and max(v for v in x if v != EOT) >= 20000 else "a"
             assert tuple(x) in windows[name], "each row is one of its source's packed windows"
             counts[name] += 1
+            one = single[tuple(x)]
+            assert torch.equal(b.targets[i], one.targets[0]) and torch.equal(b.position_ids[i], one.position_ids[0])
+            lens = b.doc_lens[i][b.doc_lens[i] > 0]
+            assert torch.equal(lens, one.doc_lens[0][one.doc_lens[0] > 0])
+            starts += (i * 32 + one.cu_seqlens[:-1]).tolist()
+        assert b.cu_seqlens.tolist() == [*starts, 8 * 32] and b.max_seqlen == int(b.doc_lens.max())
     total = counts["a"] + counts["b"]
     assert abs(counts["a"] - 0.75 * total) < 1  # the mixture's quota bound
     # resume in the middle of a mixture of packed windows
@@ -227,7 +245,7 @@ def test_packing_with_a_mixture_draws_packed_windows_in_proportion(tmp_path):
     next(it)
     state = loader.state_dict()
     rest = [b.inputs for b in it]
-    again = tokembed.create_dataloader(mix, batch_size=8, max_length=32, packing="best-fit", return_documents=True)
+    again = tokembed.create_dataloader(mix, **kw)
     again.load_state_dict(state)
     assert all(torch.equal(a.inputs, r) for a, r in zip(again, rest, strict=True))
     assert sa.size and sb.size and len(starts_a) and len(starts_b)

@@ -156,5 +156,7 @@ def test_create_dataloader_materializes_on_request(tmp_path, cache):
     other = tmp_path / "g"
     write_cut_stream(other, documents(8), cuts=[300])
     mix = tokembed.Mixture({root: 0.5, other: 0.5}, seed=1)
-    with pytest.raises(ValueError, match=r"materialize=True is not available for a mixture yet"):
-        tokembed.create_dataloader(mix, materialize=True, **kw)
+    with pytest.raises(ValueError, match=r"materialize=True applies with packing .*; give packing= or leave it out"):
+        tokembed.create_dataloader(mix, batch_size=2, max_length=16, materialize=True)
+    with pytest.raises(ValueError, match=r"materialize applies with packing .*; give packing= or leave it out"):
+        tokembed.SlidingWindowDataset(mix, max_length=16, materialize=True)

@@ -62,7 +62,7 @@ def same_batches(a, b):
 
 
 def stored_files(cache):
-    return sorted(p.name.split(".", 1)[1] for p in cache.iterdir() if not p.name.endswith(".npz"))
+    return sorted(p.name.split(".", 1)[1] for p in cache.iterdir() if not p.name.endswith((".npz", ".lock")))
 
 
 @pytest.mark.parametrize("output", ["pairs", "documents"])
@@ -77,21 +77,110 @@ def test_a_small_local_split_is_materialized_by_default_with_the_same_batches(fo
     assert PackedWindows(folder, max_length=32).materialize is True  # the dataset's own default too
 
 
-def test_a_split_over_the_limit_an_array_and_a_mixture_are_gathered(folder, cache, tmp_path, monkeypatch):
+def test_cache_dir_takes_the_plan_and_the_rows_of_a_local_folder(folder, cache, tmp_path):
+    """``cache_dir`` names tokembed's cache for this loader: packing's plan and rows go there, not to the default."""
+    kw = dict(batch_size=3, max_length=32, packing="best-fit", seed=4)
+    mine = tmp_path / "mine"
+    loader = tokembed.create_dataloader(folder, cache_dir=mine, **kw)
+    assert loader.dataset.materialize is True
+    assert stored_files(mine / "packing") == ["ignored", "rows-uint16"]
+    assert len(list((mine / "packing").glob("*.npz"))) == 1  # the plan
+    assert not cache.exists()  # nothing in TOKEMBED_CACHE_DIR
+    same_batches(loader, tokembed.create_dataloader(folder, materialize=False, **kw))
+    # The CLI's --cache-dir makes it the process's default (set_remote_defaults): packing follows it too.
+    from tokembed.storage.options import set_remote_defaults
+
+    old = set_remote_defaults(cache_dir=tmp_path / "cli")
+    try:
+        assert PackedWindows(folder, max_length=16).materialize is True
+    finally:
+        set_remote_defaults(storage_options=old.storage_options, cache_dir=old.cache_dir, cache_bytes=old.cache_bytes)
+    assert stored_files(tmp_path / "cli" / "packing") == ["ignored", "rows-uint16"]
+    assert stored_files(cache) == []  # (the gathered loader above planned into the default cache: no rows)
+
+
+def test_processes_opening_the_same_data_together_write_the_rows_once(folder, cache, monkeypatch, caplog):
+    caplog.set_level(logging.INFO, logger="tokembed._lock")
+    """DDP ranks and workers open the dataset at the same moment: one writes the rows, the others wait and read them
+    (before, each wrote its own copy, and each checked the disk's room as if it were alone)."""
+    import threading
+    import time
+
+    writes = []
+    write = PackedWindows._write_stored
+
+    def slow_write(self, *args):
+        writes.append(threading.get_ident())
+        time.sleep(0.5)  # the others arrive while the rows are being written
+        return write(self, *args)
+
+    monkeypatch.setattr(PackedWindows, "_write_stored", slow_write)
+    made: list = []
+    threads = [threading.Thread(target=lambda: made.append(PackedWindows(folder, max_length=32))) for _ in range(3)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert len(made) == 3 and all(d.materialize for d in made)
+    assert len(writes) == 1
+    waits = [r.getMessage() for r in caplog.records if r.name == "tokembed._lock"]
+    assert len(waits) == 2 and all(w.startswith(f"waiting for process {os.getpid()}, which holds ") for w in waits)
+    gathered = PackedWindows(folder, max_length=32, materialize=False)
+    k = np.arange(len(gathered))
+    for d in made:
+        assert all(torch.equal(u, v) for u, v in zip(d.gather(k), gathered.gather(k), strict=True))
+
+
+def test_a_cache_on_a_file_system_without_locks_still_materializes(folder, cache, monkeypatch):
+    """The lock only saves work: where flock is not supported (some network file systems) the rows are written
+    unlocked (atomically, so two writers are safe), not refused."""
+    import errno
+
+    def no_locks(fd, op):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr("tokembed._lock.fcntl.flock", no_locks)
+    asked = PackedWindows(folder, max_length=32, materialize=True)
+    assert asked.materialize is True and stored_files(cache) == ["ignored", "rows-uint16"]
+    gathered = PackedWindows(folder, max_length=32, materialize=False)
+    k = np.arange(len(gathered))
+    assert all(torch.equal(u, v) for u, v in zip(asked.gather(k), gathered.gather(k), strict=True))
+
+    def broken(fd, op):
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr("tokembed._lock.fcntl.flock", broken)
+    for name in list(cache.iterdir()):
+        name.unlink()
+    with pytest.raises(OSError, match="Input/output error"):
+        PackedWindows(folder, max_length=32, materialize=True)  # asked for: a real failure is not hidden
+
+
+def test_a_split_over_the_limit_and_an_array_are_gathered(folder, cache, monkeypatch):
     monkeypatch.setattr(packed, "AUTO_MATERIALIZE_TOKENS", 100)
     assert PackedWindows(folder, max_length=32).materialize is False
     assert PackedWindows(folder, max_length=32, materialize=True).materialize is True  # asked: any size
     monkeypatch.setattr(packed, "AUTO_MATERIALIZE_TOKENS", 1 << 28)
     stream = np.concatenate([np.append(np.asarray(d), 0) for d in documents(5)])
     assert PackedWindows(stream, max_length=32, eot_token=0).materialize is False
+
+
+@pytest.mark.parametrize("output", ["pairs", "documents"])
+@pytest.mark.parametrize("phased", [False, True])
+def test_a_mixtures_sources_are_materialized_by_default_with_the_same_batches(folder, cache, tmp_path, output, phased):
     other = tmp_path / "g"
     write_cut_stream(other, documents(6), cuts=[500])
-    for name in list(cache.iterdir()):
-        name.unlink()
-    mix = tokembed.create_dataloader(
-        tokembed.Mixture({folder: 0.5, other: 0.5}, seed=1), batch_size=2, max_length=32, packing="best-fit"
-    )
-    assert all(s.materialize is False for s in mix.dataset.sources) and stored_files(cache) == []
+    if phased:
+        mixture = tokembed.PhasedMixture([(0, {folder: 0.7, other: 0.3}), (200, {folder: 0.2, other: 0.8})], seed=1)
+    else:
+        mixture = tokembed.Mixture({folder: 0.5, other: 0.5}, seed=1)
+    kw = dict(batch_size=3, max_length=32, packing="best-fit", seed=2, output=output)
+    default = tokembed.create_dataloader(mixture, **kw)
+    assert all(s.materialize is True for s in default.dataset.sources)
+    assert stored_files(cache) == ["ignored", "ignored", "rows-uint16", "rows-uint16"]  # one pair per source
+    gathered = tokembed.create_dataloader(mixture, materialize=False, **kw)
+    assert all(s.materialize is False for s in gathered.dataset.sources)
+    same_batches(default, gathered)
 
 
 def test_an_unwritable_cache_leaves_the_default_gathered_and_the_same(folder, tmp_path, monkeypatch, caplog):

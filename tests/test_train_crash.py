@@ -57,22 +57,55 @@ def test_ctrl_c_at_random_moments_then_resume_gives_the_uninterrupted_losses(tmp
             out = tmp_path / f"t{trial}"
             timer = threading.Timer(rng.uniform(0.0, full), os.kill, (os.getpid(), signal.SIGINT))
             timer.start()
+            stopped = False
             try:
                 train(cfg(out), TINY, progress=False)
             except KeyboardInterrupt:
                 interrupted += 1
+                stopped = True
                 saved = json.loads((out / "state.json").read_text())
                 # One moment: the loader handed out exactly the batches of the steps taken (all in epoch 0).
                 assert saved["epoch"] == 0 and saved["loader"]["batches_done"] == saved["step"]
             finally:
                 timer.cancel()
                 timer.join()
-            if (out / "state.json").exists() and json.loads((out / "state.json").read_text())["step"] < STEPS:
+            # As its message says: resume a stopped run (at its last step too: the evaluation due there comes then).
+            if (out / "state.json").exists() and (
+                stopped or json.loads((out / "state.json").read_text())["step"] < STEPS
+            ):
                 train(cfg(out), resume=True, progress=False)
             assert losses(out) == reference, f"trial {trial}: the resumed run differs from the uninterrupted one"
     finally:
         signal.signal(signal.SIGINT, previous)
     assert interrupted >= SIGINT_TRIALS // 3  # most land inside the loop (the rest before or after it)
+
+
+def test_a_run_stopped_at_its_last_step_gets_its_last_evaluation_when_resumed(tmp_path, monkeypatch):
+    """A stop saves the step without the evaluation due at it (one step and one save, then out); the resume
+    evaluates first. At the last step there is no step after it: the resume's evaluation was computed and then
+    never saved (found by the Ctrl-C test above under load: log.json lacked the last validation loss)."""
+    from tokembed.training import loop
+
+    steps = 6
+    c = dict(data=str(STORY), max_length=16, batch_size=4, max_steps=steps, eval_interval=5, eval_batches=2,
+             checkpoint_interval=10, warmup_steps=2, tokenizer="bytes")  # fmt: skip
+    monkeypatch.setattr("tokembed.model.checkpoint.write_loss_png", lambda log, path: False)  # speed: no PNG
+    shape = {"dim": 16, "n_layers": 1, "n_heads": 2}  # the vocabulary: the data's (257 bytes)
+    train(TrainConfig(out=str(tmp_path / "ref"), **c), shape, progress=False)
+    step = loop._Run._step
+
+    def signalled_at_the_last_step(self, interrupt):
+        got = step(self, interrupt)
+        return signal.SIGINT if self.state.step == steps else got  # as if Ctrl-C landed during the last step
+
+    monkeypatch.setattr(loop._Run, "_step", signalled_at_the_last_step)
+    with pytest.raises(KeyboardInterrupt, match=f"stopped by SIGINT after step {steps}"):
+        train(TrainConfig(out=str(tmp_path / "run"), **c), shape, progress=False)
+    monkeypatch.setattr(loop._Run, "_step", step)
+    assert [e["step"] for e in json.loads((tmp_path / "run" / "log.json").read_text())["val"]] == [5]
+    train(TrainConfig(out=str(tmp_path / "run"), **c), resume=True, progress=False)
+    assert losses(tmp_path / "run") == losses(tmp_path / "ref")
+    assert [e["step"] for e in json.loads((tmp_path / "run" / "log.json").read_text())["val"]] == [5, steps]
 
 
 def cli_train(out, *extra) -> list[str]:

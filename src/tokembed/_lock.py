@@ -11,13 +11,16 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["LOCK_NAME", "folder_lock"]
+__all__ = ["LOCK_NAME", "folder_lock", "waiting_lock"]
 
 LOCK_NAME = ".tokembed.lock"
+
+_log = logging.getLogger(__name__)
 
 
 def _holder(path: Path) -> str:
@@ -58,6 +61,31 @@ def folder_lock(folder: str | os.PathLike, *, what: str, shared: bool = False) -
             raise BlockingIOError(
                 f"{folder} is being written by {_holder(path)} (it holds {path}); wait for it to finish, or use another output folder"
             ) from None
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+@contextlib.contextmanager
+def waiting_lock(path: str | os.PathLike) -> Iterator[None]:
+    """Hold an exclusive lock on the file ``path`` (created empty when absent, never removed) for the block,
+    waiting while another process or thread holds it: one of them makes a shared file, the others then read it.
+
+    Only an economy: on a file system without locks (ENOLCK, EOPNOTSUPP) the block runs unlocked, so what it
+    writes must be safe to write twice (atomically, as `tokembed._atomic` writes).
+    """
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:  # held: say by whom before waiting (a stuck holder is then found, not guessed)
+                _log.info("waiting for %s, which holds %s", _holder(Path(path)), path)
+                fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError as e:
+            if e.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+                raise
         yield
     finally:
         os.close(fd)  # closing the descriptor releases the lock

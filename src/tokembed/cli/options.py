@@ -363,8 +363,8 @@ def storage() -> argparse.ArgumentParser:
         "--cache-dir",
         metavar="DIR",
         default=None,
-        help="the machine's cache of verified blocks, shared by every process that reads remote folders "
-        "(default: $TOKEMBED_CACHE_DIR, else ~/.cache/tokembed)",
+        help="the machine's cache of verified blocks, shared by every process that reads remote folders, and of "
+        "packing plans and packed windows (default: $TOKEMBED_CACHE_DIR, else ~/.cache/tokembed)",
     )
     g.add_argument(
         "--cache-bytes",

@@ -223,7 +223,7 @@ def _add_training_options(t) -> None:
         "--materialize-packing",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="with --packing over a shard folder: write the packed windows once into the cache and read them as "
+        help="with --packing over a shard folder (or each folder of a mixture): write the packed windows once into the cache and read them as "
         "rows (the same batches, faster; the split's bytes plus its padding on disk); default: a local split of up to 2**28 tokens "
         "is, when the cache has room; --no-materialize-packing always gathers them from the shards",
     )

@@ -628,7 +628,8 @@ def create_dataloader(
             A state saved at one world size resumes at another with the same ``G`` (see the module's notes).
         storage_options, cache_dir, cache_bytes: for a remote shard folder (a URL) or a mixture's remote
             sources: see `SlidingWindowDataset`. The loader tells the cache its order: blocks are fetched ahead
-            of use and evicted by Belady's rule (`tokembed.data.streaming`).
+            of use and evicted by Belady's rule (`tokembed.data.streaming`). With ``packing``, ``cache_dir`` is
+            also where the packing plan and the materialized windows go (its ``packing/`` folder), local or not.
         shuffle_group: the locality option (see `LoaderConfig`): groups of this many consecutive windows in a
             random order, each group's windows shuffled; every epoch is still a permutation of all windows.
         output: ``"pairs"`` (default), ``"rows"`` (one (B, T+1) tensor) or ``"documents"`` (a `DocumentBatch`
@@ -731,10 +732,6 @@ def _dataset(
                 "materialize=True applies with packing (it stores packed windows); give packing= or leave it out"
             )
         return SlidingWindowDataset(source, **options, **({} if variant is not None else remote))
-    if variant is not None:  # a Mixture: each source packed (MixtureWindows)
-        if materialize:
-            raise ValueError(
-                "materialize=True is not available for a mixture yet; leave it out (packing works without it)"
-            )
-        return variant()(source, packing=packing, **options)
+    if variant is not None:  # a Mixture: each source packed (MixtureWindows), each materialized or not
+        return variant()(source, packing=packing, materialize=materialize, **options)
     return PackedWindows(source, packing=packing, materialize=materialize, **options, **remote)

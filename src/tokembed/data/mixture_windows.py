@@ -42,6 +42,8 @@ class MixtureWindows(SlidingWindowDataset):
         max_length, stride, within_documents, split, verify: as for `SlidingWindowDataset`, for every source.
         packing: pack each source's whole documents into windows (a `tokembed.data.packing.PACKERS` name,
             see `PackedWindows`); the schedule then draws packed windows. None: sliding windows.
+        materialize: with ``packing``, each source's packed windows written once to the cache and read as rows
+            (`PackedWindows`' ``materialize``, for each source: None decides per source; the same batches).
 
     Attributes:
         mixture: the `Mixture`.
@@ -63,8 +65,13 @@ class MixtureWindows(SlidingWindowDataset):
         split: str = "train",
         verify: bool = False,
         packing: str | None = None,
+        materialize: bool | None = None,
         **unused,
     ) -> None:
+        if materialize is not None and packing is None:
+            raise ValueError(
+                "materialize applies with packing (it stores packed windows); give packing= or leave it out"
+            )
         if any(v is not None for v in unused.values()):
             raise TypeError(f"{', '.join(unused)} do not apply to a Mixture of shard folders; leave them out")
         kw: dict[str, Any] = dict(
@@ -76,8 +83,7 @@ class MixtureWindows(SlidingWindowDataset):
         if packing is None:
             self.sources = [SlidingWindowDataset(p, **kw) for p in mixture.paths]
         else:  # the schedule draws packed windows of each source, exactly as it draws sliding ones
-            # Gathered, never materialized (create_dataloader refuses materialize=True for a mixture).
-            self.sources = [PackedWindows(p, packing=packing, materialize=False, **kw) for p in mixture.paths]
+            self.sources = [PackedWindows(p, packing=packing, materialize=materialize, **kw) for p in mixture.paths]
         first = self.sources[0]
         self.max_length, self.stride, self.within_documents = first.max_length, first.stride, first.within_documents
         self.source_kind = "mixture"
@@ -272,13 +278,13 @@ class MixtureWindows(SlidingWindowDataset):
                 codes, batch_size=batch_size, chunk=chunk, max_documents=max_documents, buffers=buffers
             )
             return
-        t = self.max_length
-        x, y = np.empty((len(codes), t), np.int64), np.empty((len(codes), t), np.int64)
+        # The layout of all the batches at once (each source's segments, moved to its rows), their tokens gathered
+        # ``chunk`` batches at a time (into the loader's buffers when given), as for one folder.
+        t, step = self.max_length, chunk * batch_size
         segs: list[np.ndarray] = []
 
         def part(rows, ds, windows):
-            xs, ys, (flat, row, _) = ds._packed_segments(windows)
-            x[rows], y[rows] = xs.numpy(), ys.numpy()
+            flat, row, _ = ds._packed_segments(windows)
             segs.append(flat + (rows[row] - row) * t)  # each source's rows moved to theirs in the batch
 
         self._by_source(codes, part)
@@ -286,7 +292,11 @@ class MixtureWindows(SlidingWindowDataset):
         row = flat // t
         segments = (flat, row, np.bincount(row, minlength=len(codes)))
         layout = DocumentLayout(segments, length=t, batch_size=batch_size, max_documents=max_documents)
-        yield from layout.batches(torch.from_numpy(x), torch.from_numpy(y), 0)
+        for r0 in range(0, len(codes), step):
+            part_codes = codes[r0 : r0 + step]
+            out = None if buffers is None else buffers((len(part_codes), t))
+            inputs, targets = self._gather(part_codes, out)
+            yield from layout.batches(inputs, targets, r0 // batch_size)
 
     def _window_bounds(self, codes: np.ndarray) -> None:
         """No table: coded windows are searched per batch (`SlidingWindowDataset._window_bounds`)."""

@@ -25,10 +25,12 @@ import torch
 
 from tokembed._atomic import atomic_open
 from tokembed._checks import check_bool
+from tokembed._lock import waiting_lock
 from tokembed.data.batch import IGNORE_INDEX, DocumentBatch, DocumentLayout
 from tokembed.data.packing import PackingPlan, cached_plan, check_packer, plan_key, plan_packing
 from tokembed.data.windows import SlidingWindowDataset, WindowSource, _split_rows
 from tokembed.shards.reader import ShardSet
+from tokembed.storage.options import remote_options
 
 __all__ = ["AUTO_MATERIALIZE_TOKENS", "PackedWindows"]
 
@@ -66,6 +68,8 @@ class PackedWindows(SlidingWindowDataset):
             batches are the same either way. None (the default): materialize a local folder's split of at most
             `AUTO_MATERIALIZE_TOKENS` tokens when the cache can be written and the rows take at most half of its
             free space (logged at INFO either way), else gather; False: always gather.
+        cache_dir: the cache's root for the plan and the materialized windows (its ``packing/`` folder; default
+            `tokembed.storage.options.default_cache_dir`); for a remote folder, the block cache's too.
 
     Attributes:
         plan: the `PackingPlan`; ``plan.stats()`` gives the padding share.
@@ -94,6 +98,11 @@ class PackedWindows(SlidingWindowDataset):
                 f"{'stride' if stride is not None else 'within_documents'} does not apply to packed windows "
                 "(each window holds whole documents from its first slot); leave it out"
             )
+        # The plan and the materialized rows go to ``cache_dir``'s packing/ folder when one is given (for a remote
+        # folder it holds the block cache as well), else to tokembed's cache folder.
+        # (A "~" is the home folder, as for the block cache; None: the default, found in each process.)
+        given = remote_options(cache_dir=options.get("cache_dir")).cache_dir  # the CLI's --cache-dir too
+        self._cache_dir = None if given is None else Path(given).expanduser()
         super().__init__(source, max_length=max_length, **options)
 
     def _plan_windows(self) -> None:
@@ -101,7 +110,12 @@ class PackedWindows(SlidingWindowDataset):
             index = [(s.n_documents, getattr(s, "index_sha256", None)) for s in self._shards.shards]
             self._data_key = json.dumps([self.fingerprint(), index])
             self.plan: PackingPlan = cached_plan(
-                self._data_key, self.document_starts, self.n_tokens, max_length=self.max_length, packer=self.packing
+                self._data_key,
+                self.document_starts,
+                self.n_tokens,
+                max_length=self.max_length,
+                packer=self.packing,
+                cache_dir=self._cache_dir,
             )
             if self._materialize_asked is None:  # automatic: a local split small enough, when the cache takes it
                 self.materialize = not self.streamed and self.n_tokens <= AUTO_MATERIALIZE_TOKENS
@@ -255,20 +269,27 @@ class PackedWindows(SlidingWindowDataset):
         pid, stored = self.__dict__.get("_stored_pid", (None, None))
         if pid == os.getpid() and stored is not None:
             return stored
-        _, stem = plan_key(self._rows_key(), self.n_tokens, max_length=self.max_length, packer=self.packing)
+        _, stem = plan_key(
+            self._rows_key(), self.n_tokens, max_length=self.max_length, packer=self.packing, cache_dir=self._cache_dir
+        )
         w, t = self.n_windows, self.max_length
         # The ignored targets are an npz not named .npz (the plans are).
         rows_path, ignore_path = Path(f"{stem}.rows-{np.dtype(self.dtype).name}"), Path(f"{stem}.ignored")
-        ignore = _read_ignore(ignore_path, w)
         size = w * (t + 1) * self.dtype.itemsize
-        if ignore is None or not rows_path.exists() or rows_path.stat().st_size != size:
-            self._check_room(rows_path, size)
-            _log.info(
-                "packed windows materialized once into %s (%s bytes; materialize=False gathers them)",
-                rows_path,
-                f"{size:,}",
-            )
-            ignore = self._write_stored(rows_path, ignore_path)
+        ignore = _read_ignore(ignore_path, w) if _has_size(rows_path, size) else None
+        if ignore is None:
+            # The ranks and workers of a machine open the dataset together: one writes the rows, the others wait
+            # for it, then read them (nor do they each take the disk's room for a copy of their own).
+            with waiting_lock(Path(f"{stem}.lock")):
+                ignore = _read_ignore(ignore_path, w) if _has_size(rows_path, size) else None
+                if ignore is None:
+                    self._check_room(rows_path, size)
+                    _log.info(
+                        "packed windows materialized once into %s (%s bytes; materialize=False gathers them)",
+                        rows_path,
+                        f"{size:,}",
+                    )
+                    ignore = self._write_stored(rows_path, ignore_path)
         # A plain ndarray view of the map (it keeps the map open): np.memmap's row index costs ~1 us more a call.
         rows = np.memmap(rows_path, dtype=self.dtype, mode="r", shape=(w, t + 1)).view(np.ndarray)
         stored = (rows, *ignore)
@@ -365,12 +386,10 @@ class PackedWindows(SlidingWindowDataset):
         at = (lo - (counts.cumsum() - counts)).repeat(counts) + _arange(s)  # (S,) their entries in the table
         return local[at] + row * self.max_length, row, counts
 
-    def _packed_segments(self, k: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, tuple[np.ndarray, ...]]:
-        """Inputs, targets (R, T) of windows ``k`` and their segments ``(flat, row, counts)`` (see
-        `tokembed.data.batch.DocumentLayout`): one per piece, and a row's padding as one more."""
-        sel = self._select(k)
-        inputs, targets = self._gather(k)
-        return inputs, targets, sel.segments(self.max_length)
+    def _packed_segments(self, k: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Windows ``k``'s segments ``(flat, row, counts)`` (see `tokembed.data.batch.DocumentLayout`): one per
+        piece, and a row's padding as one more."""
+        return self._segments(k) if self.materialize else self._select(k).segments(self.max_length)
 
     def _document_batches(
         self,
@@ -421,6 +440,13 @@ class _Selection:
     def segments(self, t: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(flat, row, counts)``, as `tokembed.data.batch.DocumentLayout` takes them."""
         return self.flat, self.flat // t, self.counts
+
+
+def _has_size(path: Path, size: int) -> bool:
+    try:
+        return path.stat().st_size == size
+    except FileNotFoundError:
+        return False
 
 
 def _read_ignore(path: Path, windows: int) -> tuple[np.ndarray, np.ndarray] | None:

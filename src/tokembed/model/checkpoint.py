@@ -292,10 +292,7 @@ def kept_checkpoints(path: str | os.PathLike) -> list[tuple[int, Path]]:
 
 def _retire(path: Path) -> Path:
     """Rename the checkpoint ``path`` to ``CKPT.step-NNNNNNN`` beside it, marked as a kept one of tokembed's."""
-    try:
-        step = int(json.loads((path / "config.json").read_text(encoding="utf-8"))["step"])
-    except (OSError, ValueError, KeyError, TypeError):
-        step = 0  # a checkpoint whose config cannot be read: kept all the same, as the oldest
+    step = _step_of(path)
     base = f"{path.name}.step-{step:07d}"
     target, n = path.parent / base, 0
     while target.exists() or target.is_symlink():
@@ -310,6 +307,14 @@ def _retire(path: Path) -> Path:
     write_marker(path, name=target.name, role="kept", of=path.name, step=step, files=own)
     os.replace(path, target)
     return target
+
+
+def _step_of(path: Path) -> int:
+    """The step of the checkpoint ``path`` (0 when its config cannot be read: kept all the same, as the oldest)."""
+    try:
+        return int(json.loads((path / "config.json").read_text(encoding="utf-8"))["step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0
 
 
 def _carry_over(previous: Path, path: Path) -> None:
@@ -336,14 +341,17 @@ def _to_cpu(obj):
 
 def _swap_in(tmp: Path, path: Path, *, keep: int) -> None:
     """Put the finished ``tmp`` folder at ``path``: the previous checkpoint is kept beside it first (renamed),
-    then pruned to the ``keep - 1`` newest."""
+    then pruned to the ``keep - 1`` newest. A kept one of the new checkpoint's own step is superseded by it (a
+    resume that saves its step again, with the evaluation a stop skipped): removed, never counted as a previous."""
     previous = _retire(path) if path.exists() else None
     os.replace(tmp, path)  # the new checkpoint is in place
     (path / MARKER).unlink(missing_ok=True)  # the save's marker: it names the temporary folder, inert here
     fsync_dir(path.parent)
     if previous is not None:
         _carry_over(previous, path)
-    for _, old in kept_checkpoints(path)[keep - 1 :]:
+    step, kept = _step_of(path), kept_checkpoints(path)
+    superseded = [p for s, p in kept if s == step]
+    for old in superseded + [p for s, p in kept if s != step][keep - 1 :]:
         with contextlib.suppress(OSError):
             remove_marked(old, (read_marker(old) or {}).get("files", OWN_FILES))
 

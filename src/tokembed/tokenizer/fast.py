@@ -4,7 +4,8 @@ gigatoken (optional extra ``tokembed[fast]``) encodes GPT-2, r50k_base, cl100k_b
 5-15x faster than tiktoken on one core, with the same ids (benchmarks/bench_tokenize.py measures both;
 tests compare them on hypothesis text, the chapter's translations, the story, code and whitespace runs).
 Texts it cannot take (lone surrogates) go to tiktoken, which repairs them, and so do texts with characters newer
-than this Python's Unicode tables, which the two class differently (`_new_characters`). Its piece cache grows with
+than this Python's Unicode tables, which the two class differently (`_new_characters`); a vocabulary gigatoken cannot
+build (one that is no BPE merge list: `_built`) is tiktoken's throughout. Its piece cache grows with
 every new word (gigatoken 0.10), so it is rebuilt after each `RESET_CHARS` characters.
 """
 
@@ -69,6 +70,18 @@ def _build_gigatoken(enc: Tokenizer) -> Any:
         return BPETokenizer.from_tiktoken(str(path), _SCHEMES[pattern or ""], None)  # no specials: encode_ordinary
 
 
+def _built(enc: Tokenizer) -> tuple[Any, str | None]:
+    """``(gigatoken's tokenizer, None)``, or ``(None, why not)``: gigatoken derives a merge list from the ranks and
+    panics on a token that does not split into two tokens of lower rank, which tiktoken's rank lookups never need
+    (a vocabulary with tokens removed, say)."""
+    try:
+        return _build_gigatoken(enc), None
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as e:  # a Rust panic: pyo3's PanicException derives from BaseException
+        return None, f"gigatoken cannot build {enc.name}'s ranks as a BPE merge list ({str(e).splitlines()[0]})"
+
+
 @functools.cache
 def _unassigned() -> np.ndarray:  # (0x110000,) bool
     """Code points this Python's Unicode tables (`unicodedata`) leave unassigned (category Cn)."""
@@ -104,11 +117,13 @@ class TokenEncoder:
             raise ValueError(f"tokenize backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
         self.enc = enc
         problem = fast_backend_problem(enc) if backend != "tiktoken" else "asked for tiktoken"
+        self._fast = None
+        if problem is None:
+            self._fast, problem = _built(enc)
         if backend == "gigatoken" and problem:
             raise ValueError(
                 f"the gigatoken backend cannot be used: {problem}; pass --tokenize-backend auto or tiktoken"
             )
-        self._fast = None if problem else _build_gigatoken(enc)
         self._chars = 0  # characters encoded by this gigatoken tokenizer
         if self._fast is not None and not self._probe_agrees():
             warnings.warn(

@@ -64,9 +64,10 @@ class TrainConfig:
             ``"best-fit"``): attention stays within each document and positions restart at each (the loader's
             document metadata goes to the model); padding and each document's last token predict nothing.
             None: sliding windows over the token stream (the chapter's).
-        materialize_packing: with ``packing`` over a shard folder, write the packed windows once into the
-            cache and read them as rows (`tokembed.data.packed.PackedWindows`, ``materialize``): the same
-            batches, read several times faster, for as much disk as the split's tokens. None (the default): the
+        materialize_packing: with ``packing`` over a shard folder (or each folder of a mixture), write the packed
+            windows once into the cache and read them as rows (`tokembed.data.packed.PackedWindows`,
+            ``materialize``): the same batches, read several times faster, for the split's bytes plus its
+            padding on disk. None (the default): the
             loader's choice (a local split of up to 2**28 tokens is materialized when the cache has room);
             False: always gathered.
     """

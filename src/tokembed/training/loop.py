@@ -253,8 +253,8 @@ class _Run:
         counter = progress.counter(total=c.max_steps, initial=s.step, desc="train", unit="step")
         self.rate = [0, 0.0]  # tokens and seconds since the last line shown
         last_saved = s.step if resumed else -1
-        if resumed:
-            self._evaluate_if_missing(progress)
+        if resumed and self._evaluate_if_missing(progress):
+            last_saved = -1  # saved again, with it (a run stopped at its last step has nothing else to save)
         self.batches = iter(self.loader)
         interrupt = DeferredInterrupt()
         try:
@@ -394,12 +394,20 @@ class _Run:
             f"train: step {self.state.step}: validation loss {row['loss']:.4f}" + (f" ({each})" if each else "")
         )
 
-    def _evaluate_if_missing(self, progress: Progress) -> None:
-        """A run stopped by a signal saved before the evaluation due at its step: do it first."""
+    def _evaluate_if_missing(self, progress: Progress) -> bool:
+        """A run stopped by a signal saved before the evaluation due at its step: do it first.
+
+        Returns:
+            Whether it was missing: the same on every rank (each read the same log), so every rank then takes part
+            in the checkpoint that saves it. A run without validation data misses none (its log has no "val" rows:
+            counting them missing saved the step again at each resume, pruning an older kept checkpoint).
+        """
         c, s = self.config, self.state
-        due = s.step > 0 and (s.step % c.eval_interval == 0 or s.step == c.max_steps)
-        if due and (not s.log["val"] or s.log["val"][-1]["step"] != s.step):
+        due = bool(self.data.validation) and s.step > 0 and (s.step % c.eval_interval == 0 or s.step == c.max_steps)
+        missing = due and (not s.log["val"] or s.log["val"][-1]["step"] != s.step)
+        if missing:
             self._evaluate(progress)
+        return missing
 
     def checkpoint(self) -> None:
         """Rank 0 writes the checkpoint; the other ranks wait for it (a resume then finds it whole)."""
