@@ -207,6 +207,9 @@ def _raw(name: str, backend: str, docs: list[str]) -> tuple[float, float, int]:
     return time.perf_counter() - t0, time.process_time() - c0, n
 
 
+_IDS: dict[tuple[str, str, int], list] = {}  # the documents' ids per tokenizer and backend
+
+
 def _floor_seconds(name: str, backend: str, corpus: Path, docs: list[str]) -> float:
     """CPU seconds of the work the shard format makes mandatory besides tokenizing, done the cheapest way on the
     same corpus: read the input and sha256 it (what resume checks), turn the ids into the shard's bytes (one pass:
@@ -224,7 +227,9 @@ def _floor_seconds(name: str, backend: str, corpus: Path, docs: list[str]) -> fl
 
     te = _fresh_encoder(name, backend)
     fn = te._fast.encode if te.backend == "gigatoken" else te.enc.encode_ordinary
-    ids = [np.asarray(fn(d), dtype=np.uint32) for d in docs]  # (n_i,) each
+    if (name, backend, len(docs)) not in _IDS:  # (made once per run: tiktoken takes seconds)
+        _IDS[name, backend, len(docs)] = [np.asarray(fn(d), dtype=np.uint32) for d in docs]  # (n_i,) each
+    ids = _IDS[name, backend, len(docs)]
     dtype = dtype_for_vocab(te.enc.n_vocab)
     eot = np.array([te.enc.eot_token], dtype=dtype)  # (1,)
     groups, size = [[]], 0  # documents in pieces of about 1 MiB of text
@@ -263,17 +268,17 @@ def _floor_seconds(name: str, backend: str, corpus: Path, docs: list[str]) -> fl
 def _parse_seconds(corpus: Path) -> float:
     """CPU seconds of turning the input's bytes into the texts, the plainest way: orjson (else json) per line of
     JSON Lines, one UTF-8 decode of a text file, pyarrow's column as Python strings for Parquet."""
+    import pyarrow.parquet as pq
+
+    try:
+        from orjson import loads
+    except ImportError:
+        loads = json.loads
     data = corpus.read_bytes()
     c0 = time.process_time()
     if corpus.suffix == ".jsonl":
-        try:
-            from orjson import loads
-        except ImportError:
-            loads = json.loads
         [loads(line)["text"] for line in data.split(b"\n") if line]
     elif corpus.suffix == ".parquet":
-        import pyarrow.parquet as pq
-
         pq.read_table(corpus, columns=["text"]).column("text").to_pylist()
     else:
         data.decode("utf-8")
@@ -335,7 +340,9 @@ def _keep_best(best: dict, key: tuple[str, str], wall: float, cpu: float) -> Non
 def bench_prepare(files: dict[str, Path], docs: list[str], repeats: int, backends: list[str]) -> list[dict]:
     """prepare with one worker (in this process, a fresh encoder each time) on each input format, through each
     backend, against the raw tokenizer on the same documents; all interleaved, best of ``repeats``, by wall
-    time and by this process's CPU time (which a shared machine disturbs less)."""
+    time and by this process's CPU time (which a shared machine disturbs less). Beside it the floor by CPU: the raw
+    tokenizer plus the work the shard format makes mandatory (`_floor_seconds`, on the documents' ids: a text
+    file's pieces tokenize to nearly the same), and that plus the plainest parse of the input (`_parse_seconds`)."""
     rows = []
     for name in ("gpt2", "o200k_base"):
         best: dict[tuple[str, str, str], float] = {}
@@ -349,6 +356,10 @@ def bench_prepare(files: dict[str, Path], docs: list[str], repeats: int, backend
                 for fmt, path in files.items():
                     wall, cpu, tokens[backend, fmt], hashes[backend, fmt] = _prepare_seconds(name, backend, path, 1)
                     _keep_best(best, (backend, fmt), wall, cpu)
+                    floor = _floor_seconds(name, backend, path, docs)
+                    _keep_best(best, (backend, f"{fmt} floor"), floor, floor)
+                    parse = _parse_seconds(path)
+                    _keep_best(best, (backend, f"{fmt} parse"), parse, parse)
         for backend in backends:
             row: dict = {"tokenizer": name, "backend": backend}
             for clock in ("wall", "cpu"):
@@ -360,12 +371,23 @@ def bench_prepare(files: dict[str, Path], docs: list[str], repeats: int, backend
                     row[f"parquet_vs_jsonl_{clock}"] = (
                         row[f"parquet_tok_per_s_{clock}"] / row[f"jsonl_tok_per_s_{clock}"]
                     )
+            raw_cpu = best[backend, "raw", "cpu"]
             for fmt in files:
                 row[f"{fmt}_identical"] = hashes[backend, fmt] == hashes[backends[0], fmt]
+                floor = raw_cpu + best[backend, f"{fmt} floor", "cpu"]  # the tokenizer + the format's mandatory work
+                parse = floor + best[backend, f"{fmt} parse", "cpu"]  # and the plainest parse of the input
+                row[f"{fmt}_floor_vs_raw_cpu"], row[f"{fmt}_floor_parse_vs_raw_cpu"] = raw_cpu / floor, raw_cpu / parse
+                row[f"{fmt}_vs_floor_cpu"] = floor / best[backend, fmt, "cpu"]
+                row[f"{fmt}_vs_floor_parse_cpu"] = parse / best[backend, fmt, "cpu"]
             rows.append(row)
             shown = ", ".join(
                 f"{fmt} {row[f'{fmt}_tok_per_s_wall'] / 1e6:.2f} M tok/s ({row[f'{fmt}_vs_raw_wall']:.2f}x raw; "
                 f"by CPU {row[f'{fmt}_vs_raw_cpu']:.2f}x)"
+                for fmt in files
+            )
+            floors = ", ".join(
+                f"{fmt} {row[f'{fmt}_floor_vs_raw_cpu']:.2f}x ({row[f'{fmt}_floor_parse_vs_raw_cpu']:.2f}x with the "
+                f"parse; prepare at {row[f'{fmt}_vs_floor_cpu']:.2f}x / {row[f'{fmt}_vs_floor_parse_cpu']:.2f}x of them)"
                 for fmt in files
             )
             same = all(row[f"{fmt}_identical"] for fmt in files)
@@ -374,6 +396,7 @@ def bench_prepare(files: dict[str, Path], docs: list[str], repeats: int, backend
                 f"(CPU {row['raw_tok_per_s_cpu'] / 1e6:.2f}); {shown}; shards identical to {backends[0]}'s: {same}",
                 flush=True,
             )
+            print(f"  floor by CPU, of the raw tokenizer's speed: {floors}", flush=True)
     return rows
 
 
