@@ -99,7 +99,8 @@ def test_cache_dir_takes_the_plan_and_the_rows_of_a_local_folder(folder, cache, 
     assert stored_files(cache) == []  # (the gathered loader above planned into the default cache: no rows)
 
 
-def test_processes_opening_the_same_data_together_write_the_rows_once(folder, cache, monkeypatch):
+def test_processes_opening_the_same_data_together_write_the_rows_once(folder, cache, monkeypatch, caplog):
+    caplog.set_level(logging.INFO, logger="tokembed._lock")
     """DDP ranks and workers open the dataset at the same moment: one writes the rows, the others wait and read them
     (before, each wrote its own copy, and each checked the disk's room as if it were alone)."""
     import threading
@@ -122,6 +123,8 @@ def test_processes_opening_the_same_data_together_write_the_rows_once(folder, ca
         th.join()
     assert len(made) == 3 and all(d.materialize for d in made)
     assert len(writes) == 1
+    waits = [r.getMessage() for r in caplog.records if r.name == "tokembed._lock"]
+    assert len(waits) == 2 and all(w.startswith(f"waiting for process {os.getpid()}, which holds ") for w in waits)
     gathered = PackedWindows(folder, max_length=32, materialize=False)
     k = np.arange(len(gathered))
     for d in made:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +19,8 @@ from pathlib import Path
 __all__ = ["LOCK_NAME", "folder_lock", "waiting_lock"]
 
 LOCK_NAME = ".tokembed.lock"
+
+_log = logging.getLogger(__name__)
 
 
 def _holder(path: Path) -> str:
@@ -75,7 +78,11 @@ def waiting_lock(path: str | os.PathLike) -> Iterator[None]:
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
     try:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:  # held: say by whom before waiting (a stuck holder is then found, not guessed)
+                _log.info("waiting for %s, which holds %s", _holder(Path(path)), path)
+                fcntl.flock(fd, fcntl.LOCK_EX)
         except OSError as e:
             if e.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
                 raise
