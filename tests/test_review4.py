@@ -135,3 +135,27 @@ def test_the_books_dataset_takes_a_text_with_a_lone_surrogate_as_the_book_does()
     assert torch.equal(x, torch.tensor([b[0] for b in book[:2]])) and torch.equal(
         y, torch.tensor([b[1] for b in book[:2]])
     )
+
+
+def test_a_block_cache_on_a_file_system_without_locks_says_what_to_do(tmp_path, monkeypatch):
+    """The processes of a machine share the block cache by flock (admissions, fetches, blocks in use): unlike the
+    packing rows it cannot run unlocked. On a file system without locks (NFS without its lock daemon: ENOLCK) the
+    error names the cache and the fix. Was: a bare "[Errno 37] No locks available" from the first remote read, and
+    prefetches silently never ran (a failed non-blocking lock read as "busy"). The file system is simulated."""
+    import errno
+
+    from tokembed.storage import cache as block_cache
+    from tokembed.storage.stores import Store
+
+    spec = block_cache.BlockSpec("train/00000.bin", 10, 10, ("0" * 64,))
+    blocks = block_cache.BlockCache(tmp_path / "c", 1 << 20).folder("v1", Store("s3://bucket/folder"), [spec])
+
+    def no_locks(fd, op):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(block_cache.fcntl, "flock", no_locks)
+    message = r"the cache .*c is on a file system without file locks \(No locks available\).* --cache-dir on a local"
+    with pytest.raises(OSError, match=message):
+        blocks.pin("train/00000.bin", 0)
+    with pytest.raises(OSError, match=message):
+        blocks.reserve_prefetch("train/00000.bin", 0, when=3)
