@@ -9,6 +9,7 @@ import random
 import sysconfig
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -120,6 +121,22 @@ def test_gpt2_needs_the_new_character_check_too():
 def test_the_text_hypothesis_found_gets_tiktokens_ids():
     for name in NAMES:  # U+323B0 ':' 'A': cl100k/o200k split it as a letter run where tiktoken does not
         assert _fast(name).encode_ordinary("\U000323b0:A").tolist() == [172, 110, 236, 108, 25, 32]
+
+
+@pytest.mark.parametrize("name", ["gpt2", "o200k_base"])
+def test_a_python_that_knows_unicode_17_does_not_use_gigatoken(name, monkeypatch):
+    """The routing finds new characters by this Python's tables; Python 3.15's will know Unicode 17's, and could no
+    longer tell them from old ones. Then the probe of the routed path fails and tiktoken encodes everything."""
+    from tokembed.tokenizer import fast
+
+    enc = tokembed.get_tokenizer(name)
+    assert fast.TokenEncoder(enc, backend="auto").backend == "gigatoken"  # this Python: routed, exact
+    monkeypatch.setattr(fast, "_unassigned", lambda: np.zeros(0x110000, dtype=bool))  # every code point assigned
+    with pytest.warns(UserWarning, match=f"gigatoken's ids differ from tiktoken's for {name}.*; using tiktoken"):
+        encoder = fast.TokenEncoder(enc, backend="auto")
+    assert encoder.backend == "tiktoken"
+    for text in ("\U000323b0:A", "\U00010951\u58eb", "plain text"):
+        assert encoder.encode_ordinary(text).tolist() == enc.encode_ordinary(text)
 
 
 def test_where_gigatoken_cannot_be_exact_it_is_not_used():
