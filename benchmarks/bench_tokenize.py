@@ -207,6 +207,112 @@ def _raw(name: str, backend: str, docs: list[str]) -> tuple[float, float, int]:
     return time.perf_counter() - t0, time.process_time() - c0, n
 
 
+_IDS: dict[tuple[str, str, int], list] = {}  # the documents' ids per tokenizer and backend
+
+
+def _floor_seconds(name: str, backend: str, corpus: Path, docs: list[str]) -> float:
+    """CPU seconds of the work the shard format makes mandatory besides tokenizing, done the cheapest way on the
+    same corpus: read the input and sha256 it (what resume checks), turn the ids into the shard's bytes (one pass:
+    each document's ids and its ``<|endoftext|>``, in the vocabulary's dtype) and the index, count the ids (the
+    manifest's token counts), sha256 both files whole and per `BLOCK_BYTES` block (what the manifest and a remote
+    reader check), write both and fsync them; streamed in
+    pieces of about 1 MiB of text, as a worker's parts, so memory stays warm in cache. The ids are made first,
+    outside the time, by the backend's raw call. The floor is this plus the raw tokenizer's time."""
+    import shutil
+    import tempfile
+
+    import numpy as np
+
+    from tokembed.shards.format import BLOCK_BYTES, INDEX_DTYPE, dtype_for_vocab
+
+    te = _fresh_encoder(name, backend)
+    fn = te._fast.encode if te.backend == "gigatoken" else te.enc.encode_ordinary
+    if (name, backend, len(docs)) not in _IDS:  # (made once per run: tiktoken takes seconds)
+        _IDS[name, backend, len(docs)] = [np.asarray(fn(d), dtype=np.uint32) for d in docs]  # (n_i,) each
+    ids = _IDS[name, backend, len(docs)]
+    dtype = dtype_for_vocab(te.enc.n_vocab)
+    eot = np.array([te.enc.eot_token], dtype=dtype)  # (1,)
+    groups, size = [[]], 0  # documents in pieces of about 1 MiB of text
+    for d, a in zip(docs, ids):
+        if size >= 1 << 20:
+            groups.append([])
+            size = 0
+        groups[-1].append(a)
+        size += len(d)
+    out = Path(tempfile.mkdtemp(prefix="bench-floor-"))
+    try:
+        c0 = time.process_time()
+        with open(corpus, "rb") as f:
+            h = hashlib.sha256()
+            while chunk := f.read(1 << 20):
+                h.update(chunk)
+            h.hexdigest()
+        shard, starts = _Hashed(out / "tokens.tmp", BLOCK_BYTES), []
+        filled, counts = 0, np.zeros(te.enc.n_vocab, dtype=np.int64)  # (V,)
+        for group in groups:
+            piece = np.concatenate([x for a in group for x in (a, eot)], dtype=dtype, casting="same_kind")  # (n,)
+            counts += np.bincount(piece, minlength=len(counts))  # the manifest's token counts
+            lengths = np.fromiter(map(len, group), dtype=np.int64, count=len(group)) + 1  # (documents,)
+            starts.append(np.cumsum(lengths) - lengths + filled)
+            filled += len(piece)
+            shard.add(piece.data.cast("B"))
+        shard.close()
+        index = _Hashed(out / "index.tmp", BLOCK_BYTES)
+        index.add(np.concatenate(starts).astype(INDEX_DTYPE).data.cast("B"))
+        index.close()
+        return time.process_time() - c0
+    finally:
+        shutil.rmtree(out)
+
+
+def _parse_seconds(corpus: Path) -> float:
+    """CPU seconds of turning the input's bytes into the texts, the plainest way: orjson (else json) per line of
+    JSON Lines, one UTF-8 decode of a text file, pyarrow's column as Python strings for Parquet."""
+    import pyarrow.parquet as pq
+
+    try:
+        from orjson import loads
+    except ImportError:
+        loads = json.loads
+    data = corpus.read_bytes()
+    c0 = time.process_time()
+    if corpus.suffix == ".jsonl":
+        [loads(line)["text"] for line in data.split(b"\n") if line]
+    elif corpus.suffix == ".parquet":
+        pq.read_table(corpus, columns=["text"]).column("text").to_pylist()
+    else:
+        data.decode("utf-8")
+    return time.process_time() - c0
+
+
+class _Hashed:
+    """A file written piece by piece with its sha256 whole and per block, then fsynced and renamed (the floor)."""
+
+    def __init__(self, path: Path, block: int) -> None:
+        self.path, self.block, self.f = path, block, open(path, "wb")  # noqa: SIM115  # closed by close()
+        self.whole, self.part, self.filled, self.blocks = hashlib.sha256(), hashlib.sha256(), 0, []
+
+    def add(self, data: memoryview) -> None:
+        self.whole.update(data)
+        pos = 0
+        while pos < len(data):
+            n = min(len(data) - pos, self.block - self.filled)
+            self.part.update(data[pos : pos + n])
+            pos, self.filled = pos + n, self.filled + n
+            if self.filled == self.block:
+                self.blocks.append(self.part.hexdigest())
+                self.part, self.filled = hashlib.sha256(), 0
+        self.f.write(data)
+
+    def close(self) -> None:
+        self.whole.hexdigest()
+        self.blocks.append(self.part.hexdigest())
+        self.f.flush()
+        os.fsync(self.f.fileno())
+        self.f.close()
+        os.replace(self.path, self.path.with_suffix(".bin"))
+
+
 def _prepare_seconds(name: str, backend: str, corpus: Path, workers: int) -> tuple[float, float, int, str]:
     """Wall and CPU seconds (of this process) of `prepare_corpus` (a fresh encoder built first, outside the
     time), its tokens and the folder's hash."""
@@ -234,7 +340,9 @@ def _keep_best(best: dict, key: tuple[str, str], wall: float, cpu: float) -> Non
 def bench_prepare(files: dict[str, Path], docs: list[str], repeats: int, backends: list[str]) -> list[dict]:
     """prepare with one worker (in this process, a fresh encoder each time) on each input format, through each
     backend, against the raw tokenizer on the same documents; all interleaved, best of ``repeats``, by wall
-    time and by this process's CPU time (which a shared machine disturbs less)."""
+    time and by this process's CPU time (which a shared machine disturbs less). Beside it the floor by CPU: the raw
+    tokenizer plus the work the shard format makes mandatory (`_floor_seconds`, on the documents' ids: a text
+    file's pieces tokenize to nearly the same), and that plus the plainest parse of the input (`_parse_seconds`)."""
     rows = []
     for name in ("gpt2", "o200k_base"):
         best: dict[tuple[str, str, str], float] = {}
@@ -248,6 +356,10 @@ def bench_prepare(files: dict[str, Path], docs: list[str], repeats: int, backend
                 for fmt, path in files.items():
                     wall, cpu, tokens[backend, fmt], hashes[backend, fmt] = _prepare_seconds(name, backend, path, 1)
                     _keep_best(best, (backend, fmt), wall, cpu)
+                    floor = _floor_seconds(name, backend, path, docs)
+                    _keep_best(best, (backend, f"{fmt} floor"), floor, floor)
+                    parse = _parse_seconds(path)
+                    _keep_best(best, (backend, f"{fmt} parse"), parse, parse)
         for backend in backends:
             row: dict = {"tokenizer": name, "backend": backend}
             for clock in ("wall", "cpu"):
@@ -259,12 +371,23 @@ def bench_prepare(files: dict[str, Path], docs: list[str], repeats: int, backend
                     row[f"parquet_vs_jsonl_{clock}"] = (
                         row[f"parquet_tok_per_s_{clock}"] / row[f"jsonl_tok_per_s_{clock}"]
                     )
+            raw_cpu = best[backend, "raw", "cpu"]
             for fmt in files:
                 row[f"{fmt}_identical"] = hashes[backend, fmt] == hashes[backends[0], fmt]
+                floor = raw_cpu + best[backend, f"{fmt} floor", "cpu"]  # the tokenizer + the format's mandatory work
+                parse = floor + best[backend, f"{fmt} parse", "cpu"]  # and the plainest parse of the input
+                row[f"{fmt}_floor_vs_raw_cpu"], row[f"{fmt}_floor_parse_vs_raw_cpu"] = raw_cpu / floor, raw_cpu / parse
+                row[f"{fmt}_vs_floor_cpu"] = floor / best[backend, fmt, "cpu"]
+                row[f"{fmt}_vs_floor_parse_cpu"] = parse / best[backend, fmt, "cpu"]
             rows.append(row)
             shown = ", ".join(
                 f"{fmt} {row[f'{fmt}_tok_per_s_wall'] / 1e6:.2f} M tok/s ({row[f'{fmt}_vs_raw_wall']:.2f}x raw; "
                 f"by CPU {row[f'{fmt}_vs_raw_cpu']:.2f}x)"
+                for fmt in files
+            )
+            floors = ", ".join(
+                f"{fmt} {row[f'{fmt}_floor_vs_raw_cpu']:.2f}x ({row[f'{fmt}_floor_parse_vs_raw_cpu']:.2f}x with the "
+                f"parse; prepare at {row[f'{fmt}_vs_floor_cpu']:.2f}x / {row[f'{fmt}_vs_floor_parse_cpu']:.2f}x of them)"
                 for fmt in files
             )
             same = all(row[f"{fmt}_identical"] for fmt in files)
@@ -273,6 +396,7 @@ def bench_prepare(files: dict[str, Path], docs: list[str], repeats: int, backend
                 f"(CPU {row['raw_tok_per_s_cpu'] / 1e6:.2f}); {shown}; shards identical to {backends[0]}'s: {same}",
                 flush=True,
             )
+            print(f"  floor by CPU, of the raw tokenizer's speed: {floors}", flush=True)
     return rows
 
 
@@ -415,9 +539,11 @@ def profile(name: str, backend: str, fmt: str, size_mb: float, repeats: int = 3)
     files = corpora(size_mb)
     docs = documents(size_mb)
     _prepare_seconds(name, backend, files[fmt], 1)  # the corpus in the page cache, imports done
-    raw_cpu, best = float("inf"), None
+    raw_cpu, floor_cpu, parse_cpu, best = float("inf"), float("inf"), float("inf"), None
     for _ in range(repeats):
         raw_cpu = min(raw_cpu, _raw(name, backend, docs)[1])
+        floor_cpu = min(floor_cpu, _floor_seconds(name, backend, files[fmt], docs))
+        parse_cpu = min(parse_cpu, _parse_seconds(files[fmt]))
         clock = _StepClock()
         undo = _patched(clock)
         try:
@@ -436,10 +562,27 @@ def profile(name: str, backend: str, fmt: str, size_mb: float, repeats: int = 3)
         f"({raw_cpu:.3f} s CPU): {raw_cpu / cpu:.2f}x raw by CPU time; load {os.getloadavg()[0]:.1f} on "
         f"{os.cpu_count()} CPUs"
     )
+    floor = raw_cpu + floor_cpu
+    print(
+        f"floor: the raw tokenizer + what the shard format makes mandatory (read + sha256 the input, ids -> shard "
+        f"bytes and index, count ids, sha256 whole and per block, write + fsync) = {raw_cpu:.3f} + {floor_cpu:.3f} s CPU: "
+        f"{raw_cpu / floor:.2f}x raw, and prepare is at {floor / cpu:.2f}x of it; with the plainest parse of the "
+        f"input ({parse_cpu:.3f} s) {raw_cpu / (floor + parse_cpu):.2f}x raw, prepare at {(floor + parse_cpu) / cpu:.2f}x"
+    )
     print(f"  {'step':<58} {'CPU s':>7} {'share':>6} {'wall s':>7}")
     for step, sec in sorted(clock.cpu.items(), key=lambda kv: -kv[1]):
         print(f"  {step:<58} {sec:7.3f} {100 * sec / cpu:5.1f}% {clock.wall[step]:7.3f}")
-    return {"tokenizer": name, "backend": backend, "format": fmt, "cpu": clock.cpu, "wall": clock.wall}
+    return {
+        "tokenizer": name,
+        "backend": backend,
+        "format": fmt,
+        "cpu": clock.cpu,
+        "wall": clock.wall,
+        "raw_cpu": raw_cpu,
+        "floor_cpu": floor,
+        "parse_cpu": parse_cpu,
+        "prepare_cpu": cpu,
+    }
 
 
 def main() -> None:

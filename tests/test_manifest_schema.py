@@ -109,3 +109,46 @@ def test_check_finds_stray_files_beside_the_splits(folder):
         assert check_shards(folder) == ["NOTES.txt: not part of the shard folder (a stray file; move it away)"]
     finally:
         (folder / "NOTES.txt").unlink()
+
+
+def _reference(manifest):
+    """What the manifest file was before `sealed_text`: json's canonical JSON for the seal, `dumps_indented`."""
+    import hashlib
+
+    from tokembed._atomic import dumps_indented
+
+    body = {k: v for k, v in manifest.items() if k != MANIFEST_HASH}
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    sealed = {**manifest, MANIFEST_HASH: hashlib.sha256(canonical.encode()).hexdigest()}
+    return sealed, dumps_indented(sealed) + "\n"
+
+
+@pytest.mark.parametrize("orjson", [True, False], ids=["orjson", "json"])
+def test_sealed_text_is_the_seal_and_the_indented_json_byte_for_byte(folder, orjson, monkeypatch):
+    """The token counts written once (spliced into the seal's JSON and, indented, into the file) give the bytes and
+    seal that json's own two passes give: for a real manifest, random counts of a large vocabulary in any key order,
+    an empty split, odd split names, and manifests the splice must leave to the plain way."""
+    import sys
+
+    from tokembed.shards.schema import sealed_text
+
+    if not orjson:
+        monkeypatch.setitem(sys.modules, "orjson", None)  # import orjson -> ImportError
+    real = {k: v for k, v in json.loads((folder / "manifest.json").read_text()).items() if k != MANIFEST_HASH}
+    rnd = random.Random(0)
+    ids = rnd.sample(range(200_000), 5_000)
+    big = {str(i): rnd.randrange(1, 10**12) for i in ids}  # insertion order random: json sorts the keys
+    cases = [
+        real,
+        {**real, "token_counts": {"train": big, "val": {}}},
+        {**real, "token_counts": {'v\u00e4l "x":,': {"1": 2, "10": 3, "2": 1}, "train": {"0": 0}}},
+        {**real, "token_counts": {}},
+        {**real, "token_counts": {"train": {"1": 2**70}}},  # beyond 64 bits: json writes it
+        {**real, "token_counts": {"train": {"a,b": 1}}},  # not ids: the plain way
+        {**real, "token_counts": {"train": {"1": 1.5}}},
+        {**real, "token_counts": {"train": {"1": True}}},
+        {k: v for k, v in real.items() if k != "token_counts"},
+        {**real, MANIFEST_HASH: "0" * 64},  # sealed already: sealed again, the plain way
+    ]
+    for m in cases:
+        assert sealed_text(m) == _reference(m)

@@ -97,11 +97,12 @@ def is_temp_file(name: str) -> bool:
 
 
 @contextlib.contextmanager
-def atomic_open(path: str | os.PathLike, mode: str = "w"):
+def atomic_open(path: str | os.PathLike, mode: str = "w", *, sync_dir: bool = True):
     """Open a temporary file beside ``path``; when the block ends without error, fsync it and rename it to ``path``.
 
     On any error the temporary file is removed and ``path`` is left as it was. Text modes write UTF-8 with
-    ``\\n`` line ends.
+    ``\\n`` line ends. Then the folder is fsynced, so that the rename survives a crash; with ``sync_dir=False`` the
+    caller does that (`fsync_dir`) once after renaming several files into one folder, before anything relies on them.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -121,13 +122,14 @@ def atomic_open(path: str | os.PathLike, mode: str = "w"):
         if full is not None:
             raise full from None
         raise
-    fsync_dir(path.parent)
+    if sync_dir:
+        fsync_dir(path.parent)
 
 
-def atomic_write(path: str | os.PathLike, data: bytes | memoryview | np.ndarray) -> None:
-    """Write ``data`` (bytes, or an array's raw bytes) to ``path`` atomically."""
+def atomic_write(path: str | os.PathLike, data: bytes | memoryview | np.ndarray, *, sync_dir: bool = True) -> None:
+    """Write ``data`` (bytes, or an array's raw bytes) to ``path`` atomically (``sync_dir``: see `atomic_open`)."""
     buf = np.ascontiguousarray(data).data.cast("B") if isinstance(data, np.ndarray) else memoryview(data)
-    with atomic_open(path, "wb") as f:
+    with atomic_open(path, "wb", sync_dir=sync_dir) as f:
         f.write(buf)
 
 

@@ -332,8 +332,9 @@ def write_unit(out: Path, result: dict[str, Any], dtype: np.dtype) -> dict[str, 
     }
     for split, r in result["splits"].items():
         tokens_rel, index_rel = f"{split}/{uid:05d}.bin", f"{split}/{uid:05d}.idx"
-        atomic_write(out / tokens_rel, r["tokens"])
-        atomic_write(out / index_rel, r["index"])
+        atomic_write(out / tokens_rel, r["tokens"], sync_dir=False)
+        atomic_write(out / index_rel, r["index"], sync_dir=False)
+        fsync_dir(out / split)  # both renames durable, once, before the record that says the unit is done
         record["splits"][split] = ShardInfo(
             tokens=tokens_rel,
             index=index_rel,

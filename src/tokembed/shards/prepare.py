@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from tokembed._atomic import atomic_write_json
+from tokembed._atomic import atomic_write, atomic_write_json
 from tokembed._checks import check_int, check_number
 from tokembed._cpus import available_cpus, check_workers
 from tokembed._lock import folder_lock
@@ -67,7 +67,7 @@ from tokembed.shards.format import MANIFEST, ShardInfo
 from tokembed.shards.formats import check_inputs
 from tokembed.shards.progress import Progress
 from tokembed.shards.publish import staging_folder, upload_folder
-from tokembed.shards.schema import seal
+from tokembed.shards.schema import sealed_text
 from tokembed.shards.sources import InputFile, find_inputs
 from tokembed.shards.units import Unit, iter_units, join_parts, trim_heap, unit_input_hash, unit_parts
 from tokembed.storage.urls import is_url, local_path_of, public_url
@@ -398,8 +398,8 @@ def _write_manifest(
 ) -> dict[str, Any]:
     manifest = assemble_manifest(identity, records, n_units, mtimes)
     manifest["token_counts"] = split_token_counts(out, manifest, counts)
-    manifest = seal(manifest)
-    atomic_write_json(out / MANIFEST, manifest)
+    manifest, text = sealed_text(manifest)
+    atomic_write(out / MANIFEST, text.encode())
     shutil.rmtree(out / PARTS, ignore_errors=True)
     for p in out.glob("manifest.rank-*.json"):
         p.unlink(missing_ok=True)
@@ -543,9 +543,9 @@ def merge_manifests(root: str | os.PathLike) -> dict[str, Any]:
     identity = {k: first[k] for k in ("format", "version", "tokenizer", "dtype", "config", "inputs")}
     manifest = assemble_manifest(identity, records, first["units"], first.get("input_mtimes"))
     manifest["token_counts"] = split_token_counts(root, manifest)
-    manifest = seal(manifest)
+    manifest, text = sealed_text(manifest)
     with folder_lock(root, what="tokembed merge"):  # no rank still writing, no other merge
-        atomic_write_json(root / MANIFEST, manifest)
+        atomic_write(root / MANIFEST, text.encode())
         for p in paths:
             p.unlink(missing_ok=True)
         shutil.rmtree(root / PARTS, ignore_errors=True)

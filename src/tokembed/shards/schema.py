@@ -19,7 +19,7 @@ import re
 from collections.abc import Callable
 from typing import Any, TypeGuard
 
-__all__ = ["MANIFEST_HASH", "TOKENIZER_FIELDS", "manifest_digest", "manifest_problems", "seal"]
+__all__ = ["MANIFEST_HASH", "TOKENIZER_FIELDS", "manifest_digest", "manifest_problems", "seal", "sealed_text"]
 
 MANIFEST_HASH = "manifest_sha256"
 DTYPE_BYTES = {"uint16": 2, "uint32": 4}
@@ -78,15 +78,75 @@ INPUT_COUNTS = ("documents", "tokens", "chars", "text_bytes", "empty", "replaced
 
 def manifest_digest(manifest: dict[str, Any]) -> str:
     """sha256 of the manifest's canonical JSON, without its seal."""
-    body = {k: v for k, v in manifest.items() if k != MANIFEST_HASH}
-    return hashlib.sha256(
-        json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
-    ).hexdigest()
+    return hashlib.sha256(_canonical(manifest).encode()).hexdigest()
 
 
 def seal(manifest: dict[str, Any]) -> dict[str, Any]:
     """The manifest with its ``manifest_sha256``."""
     return {**manifest, MANIFEST_HASH: manifest_digest(manifest)}
+
+
+def sealed_text(manifest: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """`seal` (manifest) and the text of its file (`tokembed._atomic.dumps_indented` and a newline), byte for byte,
+    with the token counts (an entry per id that occurs: 27k for gpt2, 60k+ for o200k_base on 20 MB) written once
+    instead of twice and by orjson where installed: 11 -> 4 ms (gpt2) and 26 -> 7.5 ms (o200k_base) of a run's serial
+    tail. Each split's counts become compact JSON once (keys sorted as json sorts them); the canonical JSON of the
+    seal splices that in, and the indented file its indented form, made by inserting the indentation after each
+    comma and a space after each colon: exact because the keys are decimal ids and the values integers (checked;
+    any other manifest is written the plain way)."""
+    from tokembed._atomic import dumps_indented
+
+    counts = manifest.get("token_counts")
+    flat = _flat_counts(counts) if isinstance(counts, dict) and MANIFEST_HASH not in manifest else None
+    if flat is None:
+        sealed = seal(manifest)
+        return sealed, dumps_indented(sealed) + "\n"
+    mark = f"tokembed-token-counts-{hashlib.sha256(''.join(flat.values()).encode()).hexdigest()}-"  # nowhere else
+    holders = {split: mark + split for split in flat}
+    canonical = _canonical({**manifest, "token_counts": holders})
+    for split, text in flat.items():
+        canonical = canonical.replace(json.dumps(holders[split], ensure_ascii=False), text, 1)
+    sealed = {**manifest, MANIFEST_HASH: hashlib.sha256(canonical.encode()).hexdigest()}
+    indented = dumps_indented({**sealed, "token_counts": holders})
+    pad, end = "\n   ", "\n  "  # the counts of a split are at depth 2 (manifest -> token_counts -> split)
+    for split, text in flat.items():
+        body = text if text == "{}" else "{" + pad + text[1:-1].replace(",", "," + pad).replace(":", ": ") + end + "}"
+        indented = indented.replace(json.dumps(holders[split], ensure_ascii=False), body, 1)
+    return sealed, indented + "\n"
+
+
+def _flat_counts(counts: dict[Any, Any]) -> dict[str, str] | None:
+    """Each split's token counts as compact JSON, keys sorted (what ``json.dumps(..., sort_keys=True,
+    separators=(",", ":"))`` writes), or None unless every split maps decimal-id strings to integers."""
+    out = {}
+    for split, ids in counts.items():
+        if not isinstance(split, str) or not isinstance(ids, dict):
+            return None
+        if ids and not ("".join(ids).isdecimal() and set(map(type, ids.values())) == {int}):
+            return None
+        out[split] = _sorted_compact(ids)
+    return out
+
+
+def _sorted_compact(ids: dict[str, int]) -> str:
+    """``json.dumps(ids, sort_keys=True, separators=(",", ":"))``: by orjson where installed (its output is the same
+    for string keys and integers of up to 64 bits), 10-20x faster."""
+    try:
+        from orjson import OPT_SORT_KEYS, dumps
+    except ImportError:
+        pass
+    else:
+        try:
+            return dumps(ids, option=OPT_SORT_KEYS).decode()
+        except TypeError:  # an integer beyond 64 bits: json writes it
+            pass
+    return json.dumps(ids, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _canonical(manifest: dict[str, Any]) -> str:
+    """The manifest's canonical JSON (keys sorted, no whitespace), without its seal."""
+    body = {k: v for k, v in manifest.items() if k != MANIFEST_HASH}
+    return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def _is_str_map(v: Any) -> bool:

@@ -33,6 +33,9 @@ RESET_CHARS = 1 << 30  # rebuild gigatoken's tokenizer (and its cache) after thi
 # gigatoken's name for each tiktoken split pattern it implements.
 _SCHEMES = {GPT2_PAT_STR: "gpt2", CL100K_PAT_STR: "gpt4", O200K_PAT_STR: "o200k"}
 # A probe of what could go wrong: scripts, digits, code, whitespace runs, a special token as text.
+# Texts where gigatoken 0.10 and tiktoken 0.14 give different ids (characters new in Unicode 17, which gigatoken's
+# tables class as letters): the routing must send them to tiktoken (`_new_characters`).
+_NEWER_PROBES = ("\U000323b0:A", "\U00010951\u58eb")
 _PROBE = "Hello, world! naïve café 東京 🤖👍🏽 1234567 x=[a_b(c)]\n\t  \n\n   <|endoftext|> 'll 'S\r\n" + "=" * 600
 
 
@@ -93,7 +96,9 @@ def _new_characters(text: str) -> bool:
     """Whether ``text`` holds a code point that Unicode assigned after this Python's tables: gigatoken's tables
     are newer than tiktoken's and class some of them as letters (U+323B0, CJK Extension J, Unicode 17), so the two
     split such a text differently. Every code point where their ids differ was unassigned in Python 3.11's
-    Unicode 14 (a scan of all 1.1 M code points, gpt2/cl100k/o200k); such a text goes to tiktoken.
+    Unicode 14 (a scan of all 1.1 M code points, gpt2/cl100k/o200k: 4,699 of them in 27 ranges, all new in Unicode
+    17); such a text goes to tiktoken. gpt2 needs it too: no difference next to Latin letters, but one next to some
+    CJK characters, where a gpt2 merge joins the two ('\U00010951\u58eb'; tests/test_tokenizer_fast.py).
     (No ``max(text)`` shortcut: it makes a str per character and cost 5x the look-up itself.)"""
     if text.isascii():
         return False
@@ -130,8 +135,12 @@ class TokenEncoder:
             self._fast = None
 
     def _probe_agrees(self) -> bool:
-        """gigatoken's ids of the probe are tiktoken's."""
-        return self._fast is not None and self._fast.encode(_PROBE).tolist() == self._reference(_PROBE).tolist()
+        """gigatoken's ids of the probe are tiktoken's, and the routed ids (`_one`) of texts whose characters the
+        two class differently (Unicode 17's) are too: a Python whose tables know those characters (3.15's will)
+        cannot tell them from old ones, so there the fast path is not used."""
+        if self._fast is None or self._fast.encode(_PROBE).tolist() != self._reference(_PROBE).tolist():
+            return False
+        return all(self._one(t).tolist() == self._reference(t).tolist() for t in _NEWER_PROBES)
 
     @property
     def backend(self) -> str:
@@ -166,12 +175,23 @@ class TokenEncoder:
         A call per text (each an array, no list). gigatoken's own batch encoder was measured within 5% of this by CPU
         time, but it imports awkward (about 0.35 s and 30-50 MB per worker) and holds each batch's result besides:
         it made a worker's memory grow by half mid-run (benchmarks/bench_prepare.py, 1 GB against 100 MB).
+        The texts that are not ASCII are looked at for new characters together, in one `_new_characters` call
+        (per text only when that finds one): a call per text cost 2.5x as much on texts of 1,000 characters.
         """
         self._count(sum(map(len, texts)))
-        return [self._one(t) for t in texts]
+        wide = [t for t in texts if not t.isascii()] if self._fast is not None else []
+        if wide and _new_characters("".join(wide)):
+            return [self._one(t) for t in texts]  # (which ones: rare)
+        return [self._fast_or_reference(t) for t in texts]
 
     def _one(self, text: str) -> np.ndarray:
         if self._fast is None or _new_characters(text):
+            return self._reference(text)
+        return self._fast_or_reference(text)
+
+    def _fast_or_reference(self, text: str) -> np.ndarray:
+        """gigatoken's ids of a text without new characters (`_new_characters`), tiktoken's without gigatoken."""
+        if self._fast is None:
             return self._reference(text)
         try:
             return self._fast.encode(text)
