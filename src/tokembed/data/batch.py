@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,18 +93,13 @@ class DocumentBatch:
 
 
 class _MadeOnRead:
-    """A `DocumentBatch` field that a loader's batch makes on first read, with ``make(chunk, i)``, then keeps in the
-    instance, where attribute lookup finds it first (a non-data descriptor); a batch built with the field never
-    gets here."""
-
-    def __init__(self, name: str, make: Callable[[_Chunk, int], torch.Tensor]) -> None:
-        self.name, self.make = name, make
+    """A `DocumentBatch` field that a loader's batch makes on first read, then keeps in the instance, where
+    attribute lookup finds it first (a non-data descriptor); a batch built with the field never gets here. One
+    subclass per field (`_PositionIds`, `_CuSeqlens`, `_DocLens`), each ``__get__`` whole: a first read is one
+    Python call (~0.25 us less per field than a generic ``__get__`` calling a maker)."""
 
     def __get__(self, batch: DocumentBatch | None, owner: type | None = None) -> Any:
-        if batch is None:  # the class's attribute
-            return self
-        value = batch.__dict__[self.name] = self.make(*batch._made)  # type: ignore[attr-defined]  # a slot
-        return value
+        raise NotImplementedError
 
 
 def _document_batch(
@@ -233,18 +227,18 @@ class DocumentLayout:
             self.cu_views = torch.from_numpy(cu).split_with_sizes(cu_len.tolist())  # one call (~0.4 us a view)
         return self.cu_views
 
-    def doc_lens(self, j: int) -> torch.Tensor:
-        """Batch ``j``'s ``doc_lens``: (B, D) int32, a view of every batch's, made on the first call."""
+    def doc_lens(self) -> tuple[np.ndarray, list[int], list[int]]:
+        """Every batch's ``doc_lens`` end to end, each (B, width) row-major, with the widths and where each batch's
+        begins: made on the first call."""
         if self.dl is None:
             b, s, per_row, md = self.b, len(self.lens), self.per_row, self.max_documents
-            # Every batch's end to end, each (B, width) row-major: a row's segment lengths, then zeros.
+            # A row's segment lengths, then zeros.
             width = per_row.max(axis=1) if md is None else np.maximum(per_row.max(axis=1), md)
             gap = width.repeat(b) - per_row.ravel()  # (K*B,) zeros after each row's segments
             doc_lens = np.zeros(int(width.sum()) * b, dtype=np.int32)
             doc_lens[_arange(s) + (gap.cumsum() - gap)[self.row]] = self.lens
             self.dl = doc_lens, width.tolist(), [0, *(width * b).cumsum().tolist()]
-        doc_lens, width, at = self.dl
-        return torch.from_numpy(doc_lens[at[j] : at[j + 1]].reshape(self.b, width[j]))
+        return self.dl
 
     def batches(self, inputs: torch.Tensor, targets: torch.Tensor, first: int) -> list[DocumentBatch]:
         """Batches ``first, first + 1, ...`` of the layout, given their (n*B, T) contiguous ``inputs`` and
@@ -273,7 +267,7 @@ class DocumentLayout:
 
 class _Chunk:
     """Batches ``first .. first + n - 1`` of a `DocumentLayout`, whose tokens were gathered together; their
-    ``position_ids`` are made in one pass on the first read of any of them (`_position_ids`)."""
+    ``position_ids`` are made in one pass on the first read of any of them (`_PositionIds`)."""
 
     __slots__ = ("first", "layout", "n", "pos")
 
@@ -282,23 +276,41 @@ class _Chunk:
         self.pos: tuple[torch.Tensor, ...] | None = None
 
 
-def _position_ids(chunk: _Chunk, i: int) -> torch.Tensor:
-    if chunk.pos is None:
-        chunk.pos = chunk.layout.positions(chunk.first, chunk.n).unbind(0)  # (B, T) views
-    return chunk.pos[i]
+class _PositionIds(_MadeOnRead):
+    def __get__(self, batch: DocumentBatch | None, owner: type | None = None) -> Any:
+        if batch is None:
+            return self
+        chunk, i = batch._made  # type: ignore[attr-defined]  # a slot
+        if chunk.pos is None:  # the chunk's batches' positions, in one pass
+            chunk.pos = chunk.layout.positions(chunk.first, chunk.n).unbind(0)  # (B, T) views
+        value = batch.__dict__["position_ids"] = chunk.pos[i]
+        return value
 
 
-def _cu_seqlens(chunk: _Chunk, i: int) -> torch.Tensor:
-    return chunk.layout.cu_seqlens()[chunk.first + i]
+class _CuSeqlens(_MadeOnRead):
+    def __get__(self, batch: DocumentBatch | None, owner: type | None = None) -> Any:
+        if batch is None:
+            return self
+        chunk, i = batch._made  # type: ignore[attr-defined]  # a slot
+        views = chunk.layout.cu_views or chunk.layout.cu_seqlens()
+        value = batch.__dict__["cu_seqlens"] = views[chunk.first + i]
+        return value
 
 
-def _doc_lens(chunk: _Chunk, i: int) -> torch.Tensor:
-    return chunk.layout.doc_lens(chunk.first + i)
+class _DocLens(_MadeOnRead):
+    def __get__(self, batch: DocumentBatch | None, owner: type | None = None) -> Any:
+        if batch is None:
+            return self
+        chunk, i = batch._made  # type: ignore[attr-defined]  # a slot
+        layout, j = chunk.layout, chunk.first + i
+        doc_lens, width, at = layout.dl or layout.doc_lens()
+        value = batch.__dict__["doc_lens"] = torch.from_numpy(doc_lens[at[j] : at[j + 1]].reshape(layout.b, width[j]))
+        return value
 
 
-for _name, _make in (("position_ids", _position_ids), ("cu_seqlens", _cu_seqlens), ("doc_lens", _doc_lens)):
-    setattr(DocumentBatch, _name, _MadeOnRead(_name, _make))
-del _name, _make
+DocumentBatch.position_ids = _PositionIds()  # type: ignore[assignment]
+DocumentBatch.cu_seqlens = _CuSeqlens()  # type: ignore[assignment]
+DocumentBatch.doc_lens = _DocLens()  # type: ignore[assignment]
 
 
 def document_batch(
