@@ -139,6 +139,23 @@ def test_a_python_that_knows_unicode_17_does_not_use_gigatoken(name, monkeypatch
         assert encoder.encode_ordinary(text).tolist() == enc.encode_ordinary(text)
 
 
+def test_a_text_tiktokens_regex_gives_up_on_is_a_clear_error():
+    """tiktoken's split pattern overflows its backtracking stack on a run of ~1 M newlines (review4): encode_to_numpy
+    raises a bare "Regex error", encode_ordinary panics in Rust. Either way the message says what and what to do."""
+    from tokembed.tokenizer import fast
+
+    text = "\n" * 1_000_000 + "hello"
+    encoder = fast.TokenEncoder(tokembed.get_tokenizer("gpt2"), backend="tiktoken")
+    message = r"gpt2's tiktoken encoder failed on a text of 1,000,005 characters beginning '\\n.*remove or cut that run"
+    with pytest.raises(ValueError, match=message):
+        encoder.encode_ordinary(text)
+    with pytest.raises(ValueError, match=r"failed on a text of 1,000,006 characters .*\(called `Result::unwrap\(\)`"):
+        encoder.encode_ordinary("\ud800" + text)  # a lone surrogate: through encode_ordinary, which panics
+    assert encoder.encode_ordinary("\n" * 1000 + "hello").tolist() == tokembed.get_tokenizer("gpt2").encode_ordinary(
+        "\n" * 1000 + "hello"
+    )
+
+
 def test_where_gigatoken_cannot_be_exact_it_is_not_used():
     p50k = tokembed.get_tokenizer("p50k_base")
     assert "gaps" in fast_backend_problem(p50k)

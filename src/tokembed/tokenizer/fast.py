@@ -148,6 +148,21 @@ class TokenEncoder:
         return "gigatoken" if self._fast is not None else "tiktoken"
 
     def _reference(self, text: str) -> np.ndarray:
+        try:
+            return self._tiktoken(text)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as e:  # its regex's limit: a ValueError, or a Rust panic (a BaseException) from encode
+            if type(e).__name__ != "PanicException" and not str(e).startswith("Regex error"):
+                raise
+            raise ValueError(
+                f"{self.enc.name}'s tiktoken encoder failed on a text of {len(text):,} characters beginning "
+                f"{text[:40]!r} ({str(e).splitlines()[0]}): its split pattern gives up on some pathological texts, "
+                "such as a run of a million whitespace characters; remove or cut that run, or encode with gigatoken "
+                "(pip install 'tokembed[fast]', --tokenize-backend auto)"
+            ) from None
+
+    def _tiktoken(self, text: str) -> np.ndarray:
         enc = self.enc
         if hasattr(enc, "encode_to_numpy"):
             try:  # no special allowed and none disallowed: exactly encode_ordinary, without a Python list
