@@ -113,3 +113,49 @@ def test_prepare_with_a_tiktoken_file_that_gigatoken_cannot_build_gives_tiktoken
     assert np.asarray(shards.read(0, shards.n_tokens)).tolist() == [*enc.encode_ordinary(text), enc.eot_token]
     with pytest.raises(ValueError, match=r"the gigatoken backend cannot be used: gigatoken cannot build pruned's"):
         prepare_corpus([tmp_path / "in.txt"], tmp_path / "out2", **opts, backend="gigatoken")
+
+
+def test_the_books_dataset_takes_a_text_with_a_lone_surrogate_as_the_book_does():
+    """The chapter's GPTDatasetV1 encodes with tiktoken's ``encode(txt, allowed_special={"<|endoftext|>"})``, which
+    takes a lone surrogate (half of a UTF-16 pair: a JSON ``\\ud800`` escape, a file read with surrogateescape) as
+    U+FFFD. Was: the drop-in's ``encode_to_numpy`` raised UnicodeEncodeError where the book's code runs."""
+    import torch
+
+    import tokembed
+
+    txt = "Hello world \ud800 café. <|endoftext|> In the sunlit terraces \udcff of the palace. " * 4
+    enc = tokembed.get_tokenizer("gpt2")
+    token_ids = enc.encode(txt, allowed_special={"<|endoftext|>"})  # the book's listing, as it is
+    book = [
+        (token_ids[i : i + 4], token_ids[i + 1 : i + 5]) for i in range(0, len(token_ids) - 4, 4)
+    ]  # fmt: skip
+    ds = tokembed.GPTDatasetV1(txt, enc, max_length=4, stride=4)
+    assert [(x.tolist(), y.tolist()) for x, y in (ds[k] for k in range(len(ds)))] == book
+    x, y = next(iter(tokembed.create_dataloader_v1(txt, batch_size=2, max_length=4, stride=4, shuffle=False)))
+    assert torch.equal(x, torch.tensor([b[0] for b in book[:2]])) and torch.equal(
+        y, torch.tensor([b[1] for b in book[:2]])
+    )
+
+
+def test_a_block_cache_on_a_file_system_without_locks_says_what_to_do(tmp_path, monkeypatch):
+    """The processes of a machine share the block cache by flock (admissions, fetches, blocks in use): unlike the
+    packing rows it cannot run unlocked. On a file system without locks (NFS without its lock daemon: ENOLCK) the
+    error names the cache and the fix. Was: a bare "[Errno 37] No locks available" from the first remote read, and
+    prefetches silently never ran (a failed non-blocking lock read as "busy"). The file system is simulated."""
+    import errno
+
+    from tokembed.storage import cache as block_cache
+    from tokembed.storage.stores import Store
+
+    spec = block_cache.BlockSpec("train/00000.bin", 10, 10, ("0" * 64,))
+    blocks = block_cache.BlockCache(tmp_path / "c", 1 << 20).folder("v1", Store("s3://bucket/folder"), [spec])
+
+    def no_locks(fd, op):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(block_cache.fcntl, "flock", no_locks)
+    message = r"the cache .*c is on a file system without file locks \(No locks available\).* --cache-dir on a local"
+    with pytest.raises(OSError, match=message):
+        blocks.pin("train/00000.bin", 0)
+    with pytest.raises(OSError, match=message):
+        blocks.reserve_prefetch("train/00000.bin", 0, when=3)

@@ -9,6 +9,7 @@ import random
 import sysconfig
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -133,6 +134,39 @@ def test_a_new_character_is_found_anywhere_in_a_long_text(at):
 def test_the_text_hypothesis_found_gets_tiktokens_ids():
     for name in NAMES:  # U+323B0 ':' 'A': cl100k/o200k split it as a letter run where tiktoken does not
         assert _fast(name).encode_ordinary("\U000323b0:A").tolist() == [172, 110, 236, 108, 25, 32]
+
+
+@pytest.mark.parametrize("name", ["gpt2", "o200k_base"])
+def test_a_python_that_knows_unicode_17_does_not_use_gigatoken(name, monkeypatch):
+    """The routing finds new characters by this Python's tables; Python 3.15's will know Unicode 17's, and could no
+    longer tell them from old ones. Then the probe of the routed path fails and tiktoken encodes everything."""
+    from tokembed.tokenizer import fast
+
+    enc = tokembed.get_tokenizer(name)
+    assert fast.TokenEncoder(enc, backend="auto").backend == "gigatoken"  # this Python: routed, exact
+    monkeypatch.setattr(fast, "_unassigned", lambda: np.zeros(0x110000, dtype=bool))  # every code point assigned
+    with pytest.warns(UserWarning, match=f"gigatoken's ids differ from tiktoken's for {name}.*; using tiktoken"):
+        encoder = fast.TokenEncoder(enc, backend="auto")
+    assert encoder.backend == "tiktoken"
+    for text in ("\U000323b0:A", "\U00010951\u58eb", "plain text"):
+        assert encoder.encode_ordinary(text).tolist() == enc.encode_ordinary(text)
+
+
+def test_a_text_tiktokens_regex_gives_up_on_is_a_clear_error():
+    """tiktoken's split pattern overflows its backtracking stack on a run of ~1 M newlines (review4): encode_to_numpy
+    raises a bare "Regex error", encode_ordinary panics in Rust. Either way the message says what and what to do."""
+    from tokembed.tokenizer import fast
+
+    text = "\n" * 1_000_000 + "hello"
+    encoder = fast.TokenEncoder(tokembed.get_tokenizer("gpt2"), backend="tiktoken")
+    message = r"gpt2's tiktoken encoder failed on a text of 1,000,005 characters beginning '\\n.*remove or cut that run"
+    with pytest.raises(ValueError, match=message):
+        encoder.encode_ordinary(text)
+    with pytest.raises(ValueError, match=r"failed on a text of 1,000,006 characters .*\(called `Result::unwrap\(\)`"):
+        encoder.encode_ordinary("\ud800" + text)  # a lone surrogate: through encode_ordinary, which panics
+    assert encoder.encode_ordinary("\n" * 1000 + "hello").tolist() == tokembed.get_tokenizer("gpt2").encode_ordinary(
+        "\n" * 1000 + "hello"
+    )
 
 
 def test_where_gigatoken_cannot_be_exact_it_is_not_used():

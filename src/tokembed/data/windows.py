@@ -67,7 +67,10 @@ def encode_text(txt: str, tokenizer: TokenizerLike | None = None) -> np.ndarray:
     enc: Any = tokenizer  # anything with tiktoken's encode (the book's own tokenizer objects too)
     if hasattr(enc, "encode_to_numpy") and getattr(enc, "n_vocab", None):
         # tiktoken >= 0.8 writes the ids straight into a buffer: no list of Python ints (28 bytes each).
-        ids = enc.encode_to_numpy(txt, allowed_special={ENDOFTEXT})  # (N,) uint32
+        try:
+            ids = enc.encode_to_numpy(txt, allowed_special={ENDOFTEXT})  # (N,) uint32
+        except UnicodeEncodeError:  # lone surrogates: encode takes them as U+FFFD, as the chapter's code does
+            ids = np.asarray(enc.encode(txt, allowed_special={ENDOFTEXT}), dtype=np.uint32)
         dtype = shard_format.dtype_for_vocab(enc.n_vocab)
         return ids if ids.dtype == dtype else ids.astype(dtype)
     ids = enc.encode(txt, allowed_special={ENDOFTEXT})

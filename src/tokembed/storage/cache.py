@@ -217,7 +217,7 @@ class BlockCache:
     def _admission(self) -> Iterator[None]:
         fd = os.open(self.root / _LOCK, os.O_RDWR | os.O_CREAT, 0o666)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            _flock(fd, fcntl.LOCK_EX, self.root)
             yield
         finally:
             os.close(fd)
@@ -293,7 +293,7 @@ class BlockCache:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
             fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-            fcntl.flock(fd, fcntl.LOCK_EX)  # alive: a scan leaves a locked temporary file alone
+            _flock(fd, fcntl.LOCK_EX, self.root)  # alive: a scan leaves a locked temporary file alone
             try:
                 os.ftruncate(fd, size)  # counted at its full size from now on
             except OSError:
@@ -348,7 +348,11 @@ class FolderBlocks:
             fd = os.open(path, os.O_RDONLY)
         except FileNotFoundError:
             return None
-        fcntl.flock(fd, fcntl.LOCK_SH)
+        try:
+            _flock(fd, fcntl.LOCK_SH, self.cache.root)
+        except OSError:
+            os.close(fd)
+            raise
         st = os.fstat(fd)
         if st.st_nlink == 0:  # evicted between open and lock: not in the cache any more
             os.close(fd)
@@ -390,10 +394,10 @@ class FolderBlocks:
         stripe = int(hashlib.blake2b(f"{key}:{b}".encode(), digest_size=2).hexdigest(), 16) % _STRIPES
         fd = os.open(self.dir / ".locks" / f"{stripe:03d}", os.O_RDWR | os.O_CREAT, 0o666)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-        except OSError:
+            _flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB), self.cache.root)
+        except OSError as e:
             os.close(fd)
-            if wait:
+            if wait or e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):  # held: busy; else raise
                 raise
             return None
         return fd
@@ -500,6 +504,24 @@ class FolderBlocks:
 
 
 # ----------------------------------------------------------------------------------------------- helpers
+
+
+_NO_LOCKS = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS)  # flock on a file system without locks
+
+
+def _flock(fd: int, op: int, root: Path) -> None:
+    """``fcntl.flock(fd, op)``; on a file system without locks, an error that names the cache and the fix (the
+    processes sharing the cache coordinate by these locks: unlike packing's rows it cannot run unlocked)."""
+    try:
+        fcntl.flock(fd, op)
+    except OSError as e:
+        if e.errno not in _NO_LOCKS:
+            raise
+        raise OSError(
+            e.errno,
+            f"the cache {root} is on a file system without file locks ({os.strerror(e.errno)}); its processes share "
+            "it by locks: give --cache-dir on a local disk (or TOKEMBED_CACHE_DIR)",
+        ) from None
 
 
 def _subdirs(folder: Path) -> list[Path]:

@@ -33,6 +33,9 @@ RESET_CHARS = 1 << 30  # rebuild gigatoken's tokenizer (and its cache) after thi
 # gigatoken's name for each tiktoken split pattern it implements.
 _SCHEMES = {GPT2_PAT_STR: "gpt2", CL100K_PAT_STR: "gpt4", O200K_PAT_STR: "o200k"}
 # A probe of what could go wrong: scripts, digits, code, whitespace runs, a special token as text.
+# Texts where gigatoken 0.10 and tiktoken 0.14 give different ids (characters new in Unicode 17, which gigatoken's
+# tables class as letters): the routing must send them to tiktoken (`_new_characters`).
+_NEWER_PROBES = ("\U000323b0:A", "\U00010951\u58eb")
 _PROBE = "Hello, world! naïve café 東京 🤖👍🏽 1234567 x=[a_b(c)]\n\t  \n\n   <|endoftext|> 'll 'S\r\n" + "=" * 600
 
 
@@ -141,8 +144,12 @@ class TokenEncoder:
             self._fast = None
 
     def _probe_agrees(self) -> bool:
-        """gigatoken's ids of the probe are tiktoken's."""
-        return self._fast is not None and self._fast.encode(_PROBE).tolist() == self._reference(_PROBE).tolist()
+        """gigatoken's ids of the probe are tiktoken's, and the routed ids (`_one`) of texts whose characters the
+        two class differently (Unicode 17's) are too: a Python whose tables know those characters (3.15's will)
+        cannot tell them from old ones, so there the fast path is not used."""
+        if self._fast is None or self._fast.encode(_PROBE).tolist() != self._reference(_PROBE).tolist():
+            return False
+        return all(self._one(t).tolist() == self._reference(t).tolist() for t in _NEWER_PROBES)
 
     @property
     def backend(self) -> str:
@@ -150,6 +157,21 @@ class TokenEncoder:
         return "gigatoken" if self._fast is not None else "tiktoken"
 
     def _reference(self, text: str) -> np.ndarray:
+        try:
+            return self._tiktoken(text)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as e:  # its regex's limit: a ValueError, or a Rust panic (a BaseException) from encode
+            if type(e).__name__ != "PanicException" and not str(e).startswith("Regex error"):
+                raise
+            raise ValueError(
+                f"{self.enc.name}'s tiktoken encoder failed on a text of {len(text):,} characters beginning "
+                f"{text[:40]!r} ({str(e).splitlines()[0]}): its split pattern gives up on some pathological texts, "
+                "such as a run of a million whitespace characters; remove or cut that run, or encode with gigatoken "
+                "(pip install 'tokembed[fast]', --tokenize-backend auto)"
+            ) from None
+
+    def _tiktoken(self, text: str) -> np.ndarray:
         enc = self.enc
         if hasattr(enc, "encode_to_numpy"):
             try:  # no special allowed and none disallowed: exactly encode_ordinary, without a Python list
