@@ -197,11 +197,24 @@ def _fresh_encoder(name: str, backend: str):
     return fast.token_encoder(tokembed.get_tokenizer(name), backend)
 
 
+def _raw_call(te):
+    """The tokenizer's own fastest call that prepare could make, per document: gigatoken's ``encode`` (a numpy
+    array), tiktoken's ``encode_to_numpy`` with no special token (``encode_ordinary``'s ids; 13% faster on this
+    corpus than ``encode_ordinary``, which builds a list, and what prepare calls)."""
+    if te.backend == "gigatoken":
+        return te._fast.encode
+    if hasattr(te.enc, "encode_to_numpy"):
+        import functools
+
+        return functools.partial(te.enc.encode_to_numpy, allowed_special=set(), disallowed_special=())
+    return te.enc.encode_ordinary
+
+
 def _raw(name: str, backend: str, docs: list[str]) -> tuple[float, float, int]:
-    """The raw tokenizer: one call per document on in-memory texts, ids as it returns them (gigatoken: a numpy
-    array; tiktoken: a list), a fresh encoder. Wall and CPU seconds, tokens."""
+    """The raw tokenizer (`_raw_call`): one call per document on in-memory texts, a fresh encoder. Wall and CPU
+    seconds, tokens."""
     te = _fresh_encoder(name, backend)
-    fn = te._fast.encode if te.backend == "gigatoken" else te.enc.encode_ordinary
+    fn = _raw_call(te)
     c0, t0 = time.process_time(), time.perf_counter()
     n = sum(len(fn(d)) for d in docs)
     return time.perf_counter() - t0, time.process_time() - c0, n
@@ -226,7 +239,7 @@ def _floor_seconds(name: str, backend: str, corpus: Path, docs: list[str]) -> fl
     from tokembed.shards.format import BLOCK_BYTES, INDEX_DTYPE, dtype_for_vocab
 
     te = _fresh_encoder(name, backend)
-    fn = te._fast.encode if te.backend == "gigatoken" else te.enc.encode_ordinary
+    fn = _raw_call(te)
     if (name, backend, len(docs)) not in _IDS:  # (made once per run: tiktoken takes seconds)
         _IDS[name, backend, len(docs)] = [np.asarray(fn(d), dtype=np.uint32) for d in docs]  # (n_i,) each
     ids = _IDS[name, backend, len(docs)]

@@ -118,6 +118,19 @@ def test_gpt2_needs_the_new_character_check_too():
             assert _fast(name).encode_batch([text])[0].tolist() == enc.encode_ordinary(text)
 
 
+@pytest.mark.parametrize("at", [0, 65_535, 65_536, 140_000])
+def test_a_new_character_is_found_anywhere_in_a_long_text(at):
+    """The check looks at a long text in pieces (`fast.CHECK_CHARS`): a new character at a piece's edge or far in
+    still sends the text to tiktoken."""
+    from tokembed.tokenizer import fast
+
+    assert fast.CHECK_CHARS == 65_536  # (the edges tested)
+    text = ("\u00e9" * at + "\U000323b0:A" + "\u00e9" * 200_000)[:200_000]
+    enc = tokembed.get_tokenizer("cl100k_base")
+    assert _fast("cl100k_base").encode_ordinary(text).tolist() == enc.encode_ordinary(text)
+    assert [a.tolist() for a in _fast("cl100k_base").encode_batch(["x", text])][1] == enc.encode_ordinary(text)
+
+
 def test_the_text_hypothesis_found_gets_tiktokens_ids():
     for name in NAMES:  # U+323B0 ':' 'A': cl100k/o200k split it as a letter run where tiktoken does not
         assert _fast(name).encode_ordinary("\U000323b0:A").tolist() == [172, 110, 236, 108, 25, 32]
