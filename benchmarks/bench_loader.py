@@ -18,10 +18,12 @@
    (hard links of the folder: 0.5 / 0.3 / 0.2), and a 3-phase ``tokembed.PhasedMixture`` of them whose two
    phase changes fall inside the timed batches (``--mixture-only``: just these, to results/loader-mixture.json);
    by wall-clock and by CPU time (``time.process_time``, which the other jobs of a shared machine disturb less).
-   And at 8 x 1024, in turns in the same run: ``return_documents=True`` (document metadata),
-   ``packing="best-fit"`` (with and without metadata; by default the packed windows are written once to the
-   cache and read as rows, and ``materialize=False`` gathers them from the shards) and ``output="rows"``
-   against plain windows; what materializing costs once (CPU seconds, in epochs of gathered packing); and the
+   And at 8 x 1024, in turns in the same run: ``packing="best-fit"`` (by default the packed windows are written
+   once to the cache and read as rows, and ``materialize=False`` gathers them from the shards) and
+   ``output="rows"`` against plain windows; ``return_documents=True`` (document metadata) over sliding windows,
+   materialized and gathered packing, each read as a consumer reads a batch: inputs and targets only, plus
+   ``position_ids`` (torchtitan, Hugging Face), plus ``cu_seqlens`` and ``max_seqlen`` (flash-attention's varlen,
+   Megatron), plus ``doc_lens`` (OLMo-core), every field (a loader's batch makes its metadata on first read); what materializing costs once (CPU seconds, in epochs of gathered packing); and the
    padding share of best-fit decreasing against first-fit on the corpus's documents at 256, 1024 and 4096
    tokens per window (``--documents-only``: just these, to results/loader-documents.json).
 2. ``tokembed.create_dataloader_v1`` (the drop-in) against the book's code: construction time and peak
@@ -121,8 +123,11 @@ def _timed(f) -> float:
     return time.perf_counter() - t
 
 
-def ours_run(root: Path, b: int, t: int, n_batches: int, **options):
-    """``run() -> (tokens, seconds)``: the first ``n_batches`` of a fresh iterator, after a warm-up epoch."""
+def ours_run(root: Path, b: int, t: int, n_batches: int, *, reads: tuple[str, ...] = (), **options):
+    """``run() -> (tokens, seconds)``: the first ``n_batches`` of a fresh iterator, after a warm-up epoch; the
+    attributes ``reads`` of each batch (a `DocumentBatch`'s fields) are read as a consumer would."""
+    import operator
+
     import tokembed
 
     stride = None if options.get("packing") else t
@@ -132,12 +137,17 @@ def ours_run(root: Path, b: int, t: int, n_batches: int, **options):
     n = min(n_batches, len(loader))
     for _ in loader:  # one untimed epoch: this process maps the shards' pages, as after a training run's first epoch
         pass
+    read = operator.attrgetter(*reads) if reads else None
 
     def run():
         it = iter(loader)
         start = time.perf_counter()
-        for _ in range(n):
-            next(it)
+        if read is None:
+            for _ in range(n):
+                next(it)
+        else:
+            for _ in range(n):
+                read(next(it))
         return n * b * t, time.perf_counter() - start
 
     return run
@@ -312,12 +322,23 @@ def bench_mixture(args, root: Path) -> dict:
 
 DOCUMENT_MODES = {  # name -> create_dataloader options, against plain windows in the same run
     "plain windows": {},
-    "return_documents": {"return_documents": True},
     "packing best-fit (default: materialized)": {"packing": "best-fit"},
-    "packing + documents (default: materialized)": {"packing": "best-fit", "return_documents": True},
     "packing, gathered (materialize=False)": {"packing": "best-fit", "materialize": False},
-    "packing + documents, gathered": {"packing": "best-fit", "materialize": False, "return_documents": True},
     "rows (B, T+1)": {"output": "rows"},
+}
+# return_documents=True over these, read as each kind of consumer reads a DocumentBatch (a loader's batch makes
+# position_ids, cu_seqlens and doc_lens on first read): every combination in the same run as plain windows.
+DOCUMENT_LAYOUTS = {
+    "sliding windows (the default)": {},
+    "packing best-fit (default: materialized)": {"packing": "best-fit"},
+    "packing, gathered (materialize=False)": {"packing": "best-fit", "materialize": False},
+}
+DOCUMENT_READS = {
+    "inputs, targets": ("inputs", "targets"),
+    "+ position_ids (torchtitan, HF)": ("inputs", "targets", "position_ids"),
+    "+ cu_seqlens, max_seqlen (flash-attn varlen, Megatron)": ("inputs", "targets", "cu_seqlens", "max_seqlen"),
+    "+ doc_lens (OLMo-core)": ("inputs", "targets", "doc_lens"),
+    "every field": ("inputs", "targets", "position_ids", "cu_seqlens", "max_seqlen", "doc_lens"),
 }
 
 
@@ -358,20 +379,23 @@ def bench_documents(args, root: Path) -> dict:
     from tokembed.shards.reader import open_shards
 
     b, t = 8, 1024
-    runs = {name: ours_run(root, b, t, args.batches, **opts) for name, opts in DOCUMENT_MODES.items()}
-    rates: dict[str, list[float]] = {k: [] for k in runs}
-    cpu_rates: dict[str, list[float]] = {k: [] for k in runs}
+    runs = {(name, None): ours_run(root, b, t, args.batches, **opts) for name, opts in DOCUMENT_MODES.items()}
+    for name, opts in DOCUMENT_LAYOUTS.items():
+        for reads, fields in DOCUMENT_READS.items():
+            runs[name, reads] = ours_run(root, b, t, args.batches, reads=fields, return_documents=True, **opts)
+    rates: dict[tuple[str, str | None], list[float]] = {k: [] for k in runs}
+    cpu_rates: dict[tuple[str, str | None], list[float]] = {k: [] for k in runs}
     for _ in range(args.repeats):
         for name, run in runs.items():
             cpu = time.process_time()
             tokens, sec = run()
             rates[name].append(tokens / sec)
             cpu_rates[name].append(tokens / (time.process_time() - cpu))
-    base, base_cpu = max(rates["plain windows"]), max(cpu_rates["plain windows"])
+    base, base_cpu = max(rates["plain windows", None]), max(cpu_rates["plain windows", None])
     rows = [
-        {"mode": k, "tok_s": max(v), "vs_plain": max(v) / base, "cpu_vs_plain": max(cpu_rates[k]) / base_cpu}
+        {"mode": k[0], "reads": k[1], "tok_s": max(v), "vs_plain": max(v) / base, "cpu_vs_plain": max(cpu_rates[k]) / base_cpu}
         for k, v in rates.items()
-    ]
+    ]  # fmt: skip
     ss = open_shards(root)
     padding = []
     for length in (256, 1024, 4096):
@@ -387,7 +411,8 @@ def bench_documents(args, root: Path) -> dict:
         )  # fmt: skip
     for r in rows:
         print(
-            f"  {r['mode']}: {r['tok_s'] / 1e6:.1f} M tok/s, {r['vs_plain']:.2f}x plain ({r['cpu_vs_plain']:.2f}x by CPU time)",
+            f"  {r['mode']}{'' if r['reads'] is None else ', documents, reads ' + r['reads']}: {r['tok_s'] / 1e6:.1f} "
+            f"M tok/s, {r['vs_plain']:.2f}x plain ({r['cpu_vs_plain']:.2f}x by CPU time)",
             file=sys.stderr,
         )
     return {
@@ -593,8 +618,23 @@ def report_documents(d: dict | None) -> list[str]:
         "|---|---:|---:|---:|",
     ]
     lines += [
-        f"| {r['mode']} | {r['tok_s'] / 1e6:.1f} | {r['vs_plain']:.2f}x | {r['cpu_vs_plain']:.2f}x |" for r in d["rows"]
+        f"| {r['mode']} | {r['tok_s'] / 1e6:.1f} | {r['vs_plain']:.2f}x | {r['cpu_vs_plain']:.2f}x |"
+        for r in d["rows"]
+        if r.get("reads") is None
     ]
+    docs = [r for r in d["rows"] if r.get("reads") is not None]
+    if docs:
+        reads = list(dict.fromkeys(r["reads"] for r in docs))
+        lines += [
+            "",
+            "`return_documents=True`, by CPU time against plain windows (wall clock in the JSON), as each consumer reads:",
+            "",
+            "| windows | " + " | ".join(reads) + " |",
+            "|---|" + "---:|" * len(reads),
+        ]
+        for mode in dict.fromkeys(r["mode"] for r in docs):
+            ratio = {r["reads"]: r["cpu_vs_plain"] for r in docs if r["mode"] == mode}
+            lines.append(f"| {mode} | " + " | ".join(f"{ratio[k]:.2f}x" for k in reads) + " |")
     lines += [
         "",
         "| max_length | documents | padding best-fit | padding first-fit | windows best / first |",

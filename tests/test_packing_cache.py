@@ -6,6 +6,7 @@ planner made unusable for the reads that must come from the cache.
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 
 import numpy as np
@@ -100,7 +101,9 @@ def test_a_cache_that_cannot_be_written_is_skipped_with_a_warning(tmp_path, monk
 
 def parts(batch):
     """A batch's tensors (and numbers): a pair, or a DocumentBatch's fields in order."""
-    return tuple(batch) if isinstance(batch, tuple | list) else tuple(vars(batch).values())
+    if isinstance(batch, tuple | list):
+        return tuple(batch)
+    return tuple(getattr(batch, f.name) for f in dataclasses.fields(batch))
 
 
 @pytest.mark.parametrize("output", ["pairs", "documents"])

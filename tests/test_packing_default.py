@@ -9,6 +9,7 @@ metadata itself is checked against the shards' index in tests/test_documents.py)
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import shutil
@@ -50,7 +51,9 @@ def folder(tmp_path):
 
 def fields(batch):
     """A batch's tensors and numbers: a pair, or a DocumentBatch's fields in order."""
-    return tuple(batch) if isinstance(batch, tuple) else tuple(vars(batch).values())
+    if isinstance(batch, tuple):
+        return tuple(batch)
+    return tuple(getattr(batch, f.name) for f in dataclasses.fields(batch))
 
 
 def same_batches(a, b):
