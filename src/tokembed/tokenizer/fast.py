@@ -100,8 +100,9 @@ def _new_characters(text: str) -> bool:
     17); such a text goes to tiktoken. gpt2 needs it too: no difference next to Latin letters, but one next to some
     CJK characters, where a gpt2 merge joins the two ('\U00010951\u58eb'; tests/test_tokenizer_fast.py).
     (No ``max(text)`` shortcut: it makes a str per character and cost 5x the look-up itself.) Looked at
-    `CHECK_CHARS` characters at a time: the look-up's temporaries (13 bytes per character: the code points and
-    numpy's intp copy of them) stay under 1 MB however long the text (a JSON line can hold 100 MB), as fast."""
+    `CHECK_CHARS` characters at a time: the look-up's temporaries (the piece, its code points, numpy's intp copy of
+    them and the flags: up to 17 bytes a character) stay near 1 MB however long the text (a JSON line can hold
+    100 MB); as fast as one look-up of the whole text."""
     if text.isascii():
         return False
     table = _unassigned()
@@ -210,7 +211,7 @@ class TokenEncoder:
             return [self._one(t) for t in texts]  # (which ones: rare)
         encode = self._fast.encode
         try:
-            return [encode(t) for t in texts]  # (no Python call of ours per text: 3% of the tokenizer's time)
+            return [encode(t) for t in texts]  # (no Python call of ours per text)
         except TypeError:  # a lone surrogate somewhere (rare): text by text
             return [self._fast_or_reference(t) for t in texts]
 
