@@ -87,9 +87,26 @@ class DocumentBatch:
     def __len__(self) -> int:
         return int(self.inputs.shape[0])
 
-    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
-        # Every field, made if need be: a pickled batch (a DataLoader worker's) carries its tensors, not its layout.
-        return DocumentBatch, tuple(getattr(self, f.name) for f in dataclasses.fields(self))
+    def _state(self) -> dict[str, Any]:
+        """Every field, made if need be, in their order, then the rest of ``__dict__`` (not the slot ``_made``)."""
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return {**fields, **self.__dict__}
+
+    def __copy__(self) -> DocumentBatch:
+        batch = object.__new__(type(self))  # a subclass stays itself
+        object.__setattr__(batch, "__dict__", self._state())  # the same tensors
+        return batch
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Pickling (DataLoader workers, torch.save) and deepcopy: every field, made if need be, each tensor only its
+        # own bytes. A loader's tensors are views of its chunk's (inputs, targets, position_ids) and of its layout's
+        # (cu_seqlens): pickled as views, one batch would carry every batch of its chunk. Unpickled (no
+        # __setstate__: the state goes into __dict__), a batch is a plain eager one of its own class.
+        state = self._state()
+        for name, value in state.items():
+            if isinstance(value, torch.Tensor) and value.untyped_storage().nbytes() != value.nbytes:
+                state[name] = value.clone()
+        return state
 
 
 class _MadeOnRead:
