@@ -16,9 +16,10 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["LOCK_NAME", "folder_lock", "waiting_lock"]
+__all__ = ["LOCK_NAME", "NO_LOCKS", "folder_lock", "waiting_lock"]
 
 LOCK_NAME = ".tokembed.lock"
+NO_LOCKS = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS)  # what flock raises on a file system without locks
 
 _log = logging.getLogger(__name__)
 
@@ -77,15 +78,21 @@ def waiting_lock(path: str | os.PathLike) -> Iterator[None]:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
     try:
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:  # held: say by whom before waiting (a stuck holder is then found, not guessed)
-                _log.info("waiting for %s, which holds %s", _holder(Path(path)), path)
-                fcntl.flock(fd, fcntl.LOCK_EX)
-        except OSError as e:
-            if e.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
-                raise
+        _lock_waiting(fd, Path(path))
         yield
     finally:
         os.close(fd)  # closing the descriptor releases the lock
+
+
+def _lock_waiting(fd: int, path: Path) -> None:
+    """An exclusive flock on ``fd``, saying who holds it before waiting (a stuck holder is then found, not guessed);
+    nothing on a file system without locks."""
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            _log.info("waiting for %s, which holds %s", _holder(path), path)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+    except OSError as e:
+        if e.errno not in (*NO_LOCKS, errno.EINVAL):
+            raise

@@ -276,12 +276,16 @@ class PackedWindows(SlidingWindowDataset):
         # The ignored targets are an npz not named .npz (the plans are).
         rows_path, ignore_path = Path(f"{stem}.rows-{np.dtype(self.dtype).name}"), Path(f"{stem}.ignored")
         size = w * (t + 1) * self.dtype.itemsize
-        ignore = _read_ignore(ignore_path, w) if _has_size(rows_path, size) else None
+
+        def stored_ignore() -> tuple[np.ndarray, np.ndarray] | None:  # None: the rows are not (all) there
+            return _read_ignore(ignore_path, w) if _has_size(rows_path, size) else None
+
+        ignore = stored_ignore()
         if ignore is None:
             # The ranks and workers of a machine open the dataset together: one writes the rows, the others wait
             # for it, then read them (nor do they each take the disk's room for a copy of their own).
             with waiting_lock(Path(f"{stem}.lock")):
-                ignore = _read_ignore(ignore_path, w) if _has_size(rows_path, size) else None
+                ignore = stored_ignore()
                 if ignore is None:
                     self._check_room(rows_path, size)
                     _log.info(

@@ -633,9 +633,8 @@ class SlidingWindowDataset(Dataset):
             n, d = len(self), self.document_starts()
             table = None
             if n * 8 <= min(_BOUNDS_BYTES, self.n_tokens * self.dtype.itemsize // 8) and len(d) < 2**31:
-                starts = self._starts(
-                    np.arange(n, dtype=np.int64)
-                )  # sorted: each search starts where the last one ended
+                # Sorted: each search starts where the last one ended.
+                starts = self._starts(np.arange(n, dtype=np.int64))
                 lo = d.searchsorted(starts, side="right").astype(np.int32)
                 table = lo, d.searchsorted(starts + self.max_length, side="left").astype(np.int32)
             self._bounds = (os.getpid(), table)

@@ -49,6 +49,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from tokembed._atomic import atomic_write_json, fsync_dir
+from tokembed._lock import NO_LOCKS
 from tokembed.storage.options import format_size
 from tokembed.storage.stores import RemoteError, Store
 
@@ -506,16 +507,13 @@ class FolderBlocks:
 # ----------------------------------------------------------------------------------------------- helpers
 
 
-_NO_LOCKS = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS)  # flock on a file system without locks
-
-
 def _flock(fd: int, op: int, root: Path) -> None:
     """``fcntl.flock(fd, op)``; on a file system without locks, an error that names the cache and the fix (the
     processes sharing the cache coordinate by these locks: unlike packing's rows it cannot run unlocked)."""
     try:
         fcntl.flock(fd, op)
     except OSError as e:
-        if e.errno not in _NO_LOCKS:
+        if e.errno not in NO_LOCKS:
             raise
         raise OSError(
             e.errno,

@@ -67,9 +67,8 @@ class TrainConfig:
         materialize_packing: with ``packing`` over a shard folder (or each folder of a mixture), write the packed
             windows once into the cache and read them as rows (`tokembed.data.packed.PackedWindows`,
             ``materialize``): the same batches, read several times faster, for the split's bytes plus its
-            padding on disk. None (the default): the
-            loader's choice (a local split of up to 2**28 tokens is materialized when the cache has room);
-            False: always gathered.
+            padding on disk. None (the default): the loader's choice (a local split of up to 2**28 tokens is
+            materialized when the cache has room); False: always gathered.
     """
 
     data: str | dict

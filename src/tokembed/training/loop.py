@@ -267,7 +267,7 @@ class _Run:
                     if signum:  # some rank was asked to stop: every rank saves this step and stops
                         self.checkpoint()
                         raise TrainingInterrupted(signum, s.step, Path(c.out))
-                    if s.step % c.eval_interval == 0 or s.step == c.max_steps:
+                    if self._evaluation_due():
                         self._evaluate(progress)
                     if s.step % c.checkpoint_interval == 0 or s.step == end:
                         self.checkpoint()
@@ -394,6 +394,11 @@ class _Run:
             f"train: step {self.state.step}: validation loss {row['loss']:.4f}" + (f" ({each})" if each else "")
         )
 
+    def _evaluation_due(self) -> bool:
+        """Whether the step just taken is one the schedule evaluates after: every ``eval_interval``, and the last."""
+        c, step = self.config, self.state.step
+        return step % c.eval_interval == 0 or step == c.max_steps
+
     def _evaluate_if_missing(self, progress: Progress) -> bool:
         """A run stopped by a signal saved before the evaluation due at its step: do it first.
 
@@ -402,8 +407,8 @@ class _Run:
             in the checkpoint that saves it. A run without validation data misses none (its log has no "val" rows:
             counting them missing saved the step again at each resume, pruning an older kept checkpoint).
         """
-        c, s = self.config, self.state
-        due = bool(self.data.validation) and s.step > 0 and (s.step % c.eval_interval == 0 or s.step == c.max_steps)
+        s = self.state
+        due = bool(self.data.validation) and s.step > 0 and self._evaluation_due()
         missing = due and (not s.log["val"] or s.log["val"][-1]["step"] != s.step)
         if missing:
             self._evaluate(progress)
