@@ -118,6 +118,40 @@ def test_a_file_written_by_datasets_prepares_like_one_written_by_pyarrow(tmp_pat
     assert folder_bytes(tmp_path / "hf" / "train") == folder_bytes(tmp_path / "pa" / "train")
 
 
+def test_one_process_tokenizes_the_rows_the_planner_decoded_without_reading_them_again(tmp_path, monkeypatch):
+    """In one process, a dictionary-encoded row group the planner decoded to size it is not read again: the bytes
+    are those of workers that read each group themselves, and the text is the column's."""
+    import tokembed.shards.formats.parquet as pqf
+
+    col = column(300, seed=5)
+    col[20:60] = [col[21]] * 40  # repeated values: the dictionary stores them once
+    col[100:103] = [None, "x " * 3000, None]
+    table = pa.table({"text": col})
+    pq.write_table(table, tmp_path / "dict.parquet", row_group_size=30)  # pyarrow's default: dictionary-encoded
+    pq.write_table(table, tmp_path / "plain.parquet", row_group_size=30, use_dictionary=False)
+    assert pq.ParquetFile(tmp_path / "dict.parquet").metadata.row_group(0).column(0).has_dictionary_page
+    kw = dict(shard_mb=0.2, val_fraction=0.3)
+    prepare_corpus([tmp_path / "dict.parquet"], tmp_path / "w2", workers=2, **kw)  # each worker reads its group
+    monkeypatch.setattr(pqf, "BATCH_BYTES", 3000)  # several batches per group
+    real, reads = pqf.read_rows, []
+
+    def counted(span, path):
+        if span.data is None:  # (otherwise it gives back the span's rows)
+            reads.append(span.group)
+        return real(span, path)
+
+    monkeypatch.setattr(pqf, "read_rows", counted)
+    prepare_corpus([tmp_path / "dict.parquet"], tmp_path / "w1", workers=1, **kw)
+    assert reads == []  # every group was sized by the planner and tokenized from what it read
+    assert folder_bytes(tmp_path / "w1") == folder_bytes(tmp_path / "w2")
+    prepare_corpus([tmp_path / "plain.parquet"], tmp_path / "plain", workers=1, **kw)  # sized by the footer
+    assert reads  # a plain-encoded group is read by the worker, as before
+    for split in ("train", "val"):
+        a, b = open_shards(tmp_path / "w1", split=split), open_shards(tmp_path / "plain", split=split)
+        assert a.read(0, a.n_tokens).tolist() == b.read(0, b.n_tokens).tolist()
+    assert sorted(decoded(tmp_path / "w1") + decoded(tmp_path / "w1", "val")) == sorted(kept(col))
+
+
 def test_resume_after_a_crash_is_byte_identical(corpus, tmp_path, monkeypatch):
     import tokembed.shards.prepare as prep
 

@@ -100,6 +100,11 @@ class _LocalEngine:
     def capacity(self) -> int:
         return 2 * self.workers if self.pool else 1
 
+    @property
+    def in_process(self) -> bool:
+        """Units are tokenized in this process, one at a time."""
+        return self.pool is None
+
     def submit(self, unit, config, names):
         if self.pool is None:
             return _Done(tokenize_unit(unit, config, names))
@@ -169,6 +174,8 @@ class _RayEngine:
     def capacity(self) -> int:
         # The driver reads and ships every unit: more than 64 in flight only costs memory.
         return min(2 * self.workers, 64)
+
+    in_process = False  # units go to Ray's workers
 
     def submit(self, unit, config, names):
         return _RayFuture(self.ray, self.task.remote(unit, config, names, self.registration))

@@ -440,10 +440,15 @@ class _Run:
         names = [f.path for f in files]
         cancel = True
         try:
-            for unit in iter_units(files, self.config, carry=carry):
+            # In this process, the planner's spans keep what it read anyway (Parquet row groups it decoded to size
+            # them), and each unit is written before the next is planned: no unit's bytes wait beside another's.
+            keep = self.engine.in_process
+            for unit in iter_units(files, self.config, carry=carry, keep=keep):
                 self.result.units += 1
                 self.result.input_bytes += sum(len(sp) for sp in unit.spans)
                 self._submit_unit(unit, {sp.file: names[sp.file] for sp in unit.spans})
+                while keep and self.pending:
+                    self._finish_one()
             while self.pending:
                 self._finish_one()
             cancel = False

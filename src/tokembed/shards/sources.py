@@ -287,6 +287,7 @@ def plan_units(
     unit_bytes: int,
     *,
     carry: bool = False,
+    keep: bool = False,
     head_bytes: int = 0,
     cut_at=safe_cut,
     field: str = "text",
@@ -301,6 +302,7 @@ def plan_units(
         files: the inputs, from `resolve_inputs`.
         unit_bytes: bytes of input per unit.
         carry: read every span's bytes here (for workers without access to the files); streams always do.
+        keep: spans keep the bytes read here anyway (for a worker in this process; see `PlanOptions.keep`).
         head_bytes: give the first piece of each cut document its first ``head_bytes`` bytes (`Span.head`).
         cut_at: where a document may be cut (one of `CUTS`: the tokenizer's rule; None: nowhere).
         field: the JSON field / Parquet column holding the text.
@@ -309,7 +311,7 @@ def plan_units(
         ``(spans, disk_bytes)``: the unit's spans, and the bytes read from disk up to its end (compressed
         bytes for gzip and zstd), for progress.
     """
-    options = PlanOptions(unit_bytes, carry=carry, head_bytes=head_bytes, cut_at=cut_at, field=field)
+    options = PlanOptions(unit_bytes, carry=carry, keep=keep, head_bytes=head_bytes, cut_at=cut_at, field=field)
     unit: list[Span] = []
     size, done_files, marked = 0, 0, 0
 

@@ -134,8 +134,11 @@ def _read(sp: Span, name: str) -> bytes:
     return get_format(sp.format).read(sp, name)
 
 
-def iter_units(files: Sequence[InputFile], config: PrepareConfig, *, carry: bool = False) -> Iterator[Unit]:
-    """The plan: the inputs cut into units of at least ``config.unit_bytes`` bytes (the last may be smaller).
+def iter_units(
+    files: Sequence[InputFile], config: PrepareConfig, *, carry: bool = False, keep: bool = False
+) -> Iterator[Unit]:
+    """The plan: the inputs cut into units of at least ``config.unit_bytes`` bytes (the last may be smaller);
+    ``carry`` and ``keep`` as `tokembed.shards.sources.plan_units` takes them.
 
     A document cut into pieces goes to one split as a whole: the split is decided here, once, from the
     document's first `VAL_KEY_BYTES` (the same rule the workers apply to whole documents).
@@ -146,6 +149,7 @@ def iter_units(files: Sequence[InputFile], config: PrepareConfig, *, carry: bool
             files,
             config.unit_bytes,
             carry=carry,
+            keep=keep,
             head_bytes=_head_bytes() if config.val_fraction > 0 else 0,
             cut_at=_cut_rule(config),
             field=config.field,

@@ -111,6 +111,8 @@ class PlanOptions:
     Attributes:
         unit_bytes: bytes of input per work unit (``--shard-mb``).
         carry: every span carries its bytes (for workers that cannot read the inputs: Ray).
+        keep: a span carries the bytes the planner read anyway to plan it (a Parquet row group sized by decoding
+            it), so that a worker in the planner's process does not read them again.
         head_bytes: give the first piece of each cut document its first ``head_bytes`` bytes (`Span.head`).
         cut_at: where a document may be cut without changing its ids (the tokenizer's rule,
             ``cut_at(window, lo) -> index or -1``; see `tokembed.shards.sources.CUTS`); None: nowhere (documents stay
@@ -120,6 +122,7 @@ class PlanOptions:
 
     unit_bytes: int
     carry: bool = False
+    keep: bool = False
     head_bytes: int = 0
     cut_at: Callable[[bytes, int], int] | None = None
     field: str = "text"

@@ -5,7 +5,8 @@ column is dictionary-encoded (pyarrow's default) that size says little about the
 times is stored once), so the planner also reads the column's value lengths once to learn its decoded size; a
 plain-encoded column is never larger decoded than encoded, so its footer is enough. A row group of at most one
 unit (``--shard-mb``, by the larger of the two sizes) becomes one span that the worker reads itself (that one
-column), so memory is bounded by the shard size. A larger row group (pyarrow writes up to 1Mi rows into one by
+column), so memory is bounded by the shard size; where the worker runs in the planner's process, or spans carry
+their bytes (Ray), the span takes the rows the planner decoded to size it instead: nothing is read twice. A larger row group (pyarrow writes up to 1Mi rows into one by
 default, so a 1 GB file may be a single row group) is read by the planner in batches of about 1 MiB of text and
 cut at rows into spans that carry their values, as a gzip file's spans carry their bytes. Units end at a row
 group's end, or inside a large row group at the row that fills them: the cuts depend only on the file and
@@ -144,18 +145,22 @@ def _offsets(arr: pa.Array) -> np.ndarray:  # a string array -> its (n + 1,) int
     return np.frombuffer(arr.buffers()[1], dtype=dtype)[arr.offset : arr.offset + len(arr) + 1].astype(np.int64)
 
 
-def _packed(arr: pa.Array) -> bytes:
-    """An Arrow string array's rows as ``int64 lengths (-1 for null) + values``."""
+def _packed(*arrays: pa.Array) -> bytes:
+    """Arrow string arrays' rows, end to end, as ``int64 lengths (-1 for null) + values``."""
     import numpy as np
 
-    arr = _strings(arr)
-    offsets = _offsets(arr)  # (n + 1,)
-    lengths = np.diff(offsets)  # (n,)
-    if arr.null_count:
-        lengths[np.asarray(arr.is_null())] = -1
-    data = arr.buffers()[2]
-    values = memoryview(data)[offsets[0] : offsets[-1]] if len(arr) and data is not None else b""
-    return b"".join((lengths.astype("<i8").tobytes(), values))  # (the values copied once)
+    lengths, values = [], []
+    for arr in map(_strings, arrays):
+        offsets = _offsets(arr)  # (n + 1,)
+        n = np.diff(offsets)  # (n,)
+        if arr.null_count:
+            n[np.asarray(arr.is_null())] = -1
+        lengths.append(n)
+        data = arr.buffers()[2]
+        if len(arr) and data is not None:
+            values.append(memoryview(data)[offsets[0] : offsets[-1]])
+    head = (lengths[0] if len(lengths) == 1 else np.concatenate([np.zeros(0, np.int64), *lengths])).astype("<i8")
+    return b"".join((head.tobytes(), *values))  # (the values copied once)
 
 
 def _row_lengths(arr: pa.Array) -> np.ndarray:  # -> (n,) int64
@@ -213,7 +218,7 @@ def read_rows(span: RowSpan, path: str) -> bytes:
             f"{path} changed while it was being prepared (row group {span.group} has {table.num_rows:,} rows, not "
             f"{span.end - span.start:,}); rerun the same command"
         )
-    return _packed(table.column(0).combine_chunks())
+    return _packed(*table.column(0).chunks)
 
 
 def split_rows(span: RowSpan, part_bytes: int) -> list[RowSpan]:
@@ -298,27 +303,36 @@ class ParquetPlan:
 
     def spans(self, filled: Callable[[], int]) -> Iterator[RowSpan]:
         """The file's spans: whole row groups of up to ``unit_bytes`` text bytes, rows of larger ones."""
-        row = 0
+        row, keep = 0, self.options.carry or self.options.keep
         for g in range(self.pf.metadata.num_row_groups):
             n = self.pf.metadata.row_group(g).num_rows
-            size = self._text_bytes(g)
+            size, read = self._text_bytes(g, keep)
             if n and size <= self.unit_bytes:
                 span = RowSpan(self.fi, row, row + n, group=g, column=self.field, size=size)
-                span.data = read_rows(span, self.path) if self.options.carry else None
+                if read is not None:  # the rows read to size the group: a worker does not read them again
+                    span.data, read = _packed(*read), None
+                elif self.options.carry:
+                    span.data = read_rows(span, self.path)
                 yield span
             elif n:
                 yield from self._large_group(g, row, filled)
             row += n
 
-    def _text_bytes(self, g: int) -> int:
+    def _text_bytes(self, g: int, keep: bool) -> tuple[int, list[Any] | None]:
         """Row group ``g``'s text bytes as the plan counts them: the footer's uncompressed size, or the decoded size
-        where that is larger (a dictionary-encoded column of repeated values: its lengths are read, never decoded).
+        where that is larger (a dictionary-encoded column of repeated values: its lengths are read, never decoded);
+        with ``keep``, also the column's arrays where they were read (dictionary arrays: no larger than stored).
         A column whose encodings store every value's bytes is never larger decoded: its footer is enough; nor is a
         row group larger than a unit measured (it is cut at rows by decoded sizes anyway)."""
         stored = self.pf.metadata.row_group(g).column(self.col).total_uncompressed_size
         if stored > self.unit_bytes or not self._encoded(g):
-            return stored  # larger than a unit either way (cut at rows), or never larger decoded
-        return max(stored, sum(int(_row_lengths(b.column(0)).sum()) for b in self._batches(g, stored)))
+            return stored, None  # larger than a unit either way (cut at rows), or never larger decoded
+        read, size = [], 0
+        for batch in self._batches(g, stored):
+            size += int(_row_lengths(batch.column(0)).sum())
+            if keep:
+                read.append(batch.column(0))
+        return max(stored, size), read if keep else None
 
     def _encoded(self, g: int) -> bool:
         """Whether row group ``g``'s text column may decode to more than its stored bytes (a dictionary, or an
@@ -377,12 +391,10 @@ class ParquetPlan:
             yield self._span(g, start, held)
 
     def _span(self, g: int, start: int, held: list[Any]) -> RowSpan:
-        import pyarrow as pa
-
-        arr = pa.concat_arrays(held) if len(held) > 1 else held[0]  # (one column: one type)
-        data = _packed(arr)
-        size = len(data) - 8 * len(arr)
-        return RowSpan(self.fi, start, start + len(arr), 0, data, group=g, column=self.field, size=size, whole=False)
+        rows = sum(len(h) for h in held)
+        data = _packed(*held)
+        size = len(data) - 8 * rows
+        return RowSpan(self.fi, start, start + rows, 0, data, group=g, column=self.field, size=size, whole=False)
 
     def disk_position(self, end: int) -> int:
         """Bytes of the file "read" up to row ``end`` (in proportion to the rows), for progress."""
