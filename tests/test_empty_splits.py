@@ -103,3 +103,28 @@ def test_a_megatron_export_of_an_empty_split_is_refused(one_file, tmp_path, caps
     assert main(["export", str(one_file), "--format", "megatron", str(tmp_path / "m"), "--split", "all"]) == 2
     capsys.readouterr()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_split_nanogpt_cannot_sample_from_is_exported_with_a_warning_naming_the_block_size(
+    with_val, tmp_path, capsys
+):
+    """nanoGPT's get_batch draws starts from ``len(data) - block_size``: a split of at most block_size tokens is
+    written (it is data) with a warning that says which --block_size it needs."""
+    import re
+    from pathlib import Path
+
+    from tokembed.shards.export import NANOGPT_BLOCK_SIZE
+
+    train_py = (Path(__file__).resolve().parent / "nanogpt" / "train.py").read_text(encoding="utf-8")
+    assert int(re.search(r"^block_size = (\d+)", train_py, re.M).group(1)) == NANOGPT_BLOCK_SIZE  # nanoGPT's own
+    assert "torch.randint(len(data) - block_size" in train_py
+    val = tokembed.open_shards(with_val, split="val").n_tokens
+    train = tokembed.open_shards(with_val, split="train").n_tokens
+    assert val <= NANOGPT_BLOCK_SIZE < train  # the story's paragraphs: about 1,000 tokens go to val
+    assert main(["export", str(with_val), "--format", "nanogpt", str(tmp_path / "nano")]) == 0
+    err = capsys.readouterr().err
+    assert f"tokembed export: warning: val.bin holds {val:,} tokens" in err
+    assert f"--block_size={val - 1} or less" in err and "train.bin" not in err
+    assert np.fromfile(tmp_path / "nano" / "val.bin", dtype=np.uint16).size == val  # written all the same
+    with pytest.warns(UserWarning, match=r"val.bin holds .* tokens: nanoGPT's train.py draws windows"):
+        export_shards(with_val, tmp_path / "nano2", format="nanogpt")

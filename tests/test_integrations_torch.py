@@ -160,10 +160,11 @@ def test_torchtitan_contract_batches_and_positions(folder):
         assert torch.equal(inputs["input"], b.inputs) and torch.equal(labels, b.targets)
         assert torch.equal(inputs["positions"], b.position_ids)
     state = dl.state_dict()
-    assert set(state) == {"dp_rank_1", "world_size"} and state["world_size"] == 2
+    assert set(state) == {"tokembed", "world_size"} and state["world_size"] == 2
 
 
-def test_torchtitan_resume_through_dcp_at_another_data_parallel_degree(folder, tmp_path):
+@pytest.mark.parametrize("new_world", [1, 2, 4])
+def test_torchtitan_resume_through_dcp_at_another_data_parallel_degree(folder, tmp_path, new_world):
     pytest.importorskip("torchtitan")
     import torch.distributed.checkpoint as dcp
     from torchtitan.components.dataloader import ParallelAwareDataloader
@@ -173,18 +174,21 @@ def test_torchtitan_resume_through_dcp_at_another_data_parallel_degree(folder, t
     for _ in range(3):
         for it in its:
             next(it)
-    # Each rank's state goes into the checkpoint (DCP, as torchtitan's checkpointer writes it).
-    saved = {}
-    for d in two:
-        saved.update(d.state_dict())
-    dcp.save({"dataloader": saved}, checkpoint_id=str(tmp_path / "step-3"), no_dist=True)
-    loaded = {"dataloader": {k: "" if k.startswith("dp_rank_") else 0 for k in saved}}
-    dcp.load(loaded, checkpoint_id=str(tmp_path / "step-3"), no_dist=True)
-    # One rank with the same global batch (8) resumes where the two stopped: what they would have read next.
-    one = titan(folder, rank=0, world=1, local_batch_size=8)
-    one.load_state_dict(loaded["dataloader"])
+    # torchtitan's checkpointer: dcp.save({"dataloader": <the Stateful>}) on every rank. Both ranks write the
+    # same keys and values (DCP keeps one copy); here one process stands for them.
+    assert two[0].state_dict() == two[1].state_dict()
+    dcp.save({"dataloader": two[1]}, checkpoint_id=str(tmp_path / "step-3"), no_dist=True)
+    # ... and dcp.load({"dataloader": <the Stateful>}) on every rank of the new degree: DCP's template is that
+    # rank's own state_dict(), whose keys must be in the checkpoint (2 -> 4 failed with dp_rank_<r> keys).
+    new = [titan(folder, rank=r, world=new_world, local_batch_size=8 // new_world) for r in range(new_world)]
+    for d in new:
+        dcp.load({"dataloader": d}, checkpoint_id=str(tmp_path / "step-3"), no_dist=True)
+    # Together the new ranks read, step by step, exactly what the two would have read next.
     rest_two = [torch.cat([a["input"] for a, _ in pair]) for pair in zip(*its)]
-    assert same([x["input"] for x, _ in one], rest_two)
+    rest_new = [torch.cat([a["input"] for a, _ in step]) for step in zip(*new, strict=True)]
+    assert same(rest_new, rest_two) and len(rest_two) > 5
+    loaded = {"dataloader": {"tokembed": "", "world_size": 0}}
+    dcp.load(loaded, checkpoint_id=str(tmp_path / "step-3"), no_dist=True)
     # torchtitan's own loader refuses the same change (its assert, torchtitan #811).
     ds = torch.utils.data.TensorDataset(torch.arange(10))
     theirs = ParallelAwareDataloader(ds, dp_rank=0, dp_world_size=2, batch_size=2)
@@ -194,4 +198,10 @@ def test_torchtitan_resume_through_dcp_at_another_data_parallel_degree(folder, t
     # ... and a changed global batch is named, not silently misread.
     other = titan(folder, rank=0, world=1, local_batch_size=4)
     with pytest.raises(ValueError, match=r"global_batch_size=8 \(this loader: 4\)"):
-        other.load_state_dict(loaded["dataloader"])
+        dcp.load({"dataloader": other}, checkpoint_id=str(tmp_path / "step-3"), no_dist=True)
+    with pytest.raises(ValueError, match=r"not a TitanDataLoader state: no 'tokembed' key in \['dp_world_size'\]"):
+        other.load_state_dict({"dp_world_size": 2})
+    # A state in the per-rank layout of earlier versions still loads (any rank's entry).
+    old = titan(folder, rank=3, world=4, local_batch_size=2)
+    old.load_state_dict({"dp_rank_0": loaded["dataloader"]["tokembed"], "world_size": 2})
+    assert same([x["input"] for x, _ in old], [g[6:8] for g in rest_two])  # rank 3 of 4: rows 6, 7 of each step

@@ -94,6 +94,93 @@ def test_units_of_repeated_parquet_values_are_bounded_by_their_decoded_size(tmp_
     assert check_shards(tmp_path / "o") == []
 
 
+def _planned_arrow_peak(path: Path, unit_bytes: int) -> tuple[int, int]:
+    """Plan ``path`` (spans carrying their rows, as Ray's driver does), dropping each span as it comes: the most
+    memory pyarrow held at any span, and the text bytes planned."""
+    from tokembed.shards.sources import plan_units, resolve_inputs
+
+    peak, text = 0, 0
+    for spans, _ in plan_units(resolve_inputs([str(path)]), unit_bytes, carry=True):
+        peak = max(peak, pa.total_allocated_bytes())
+        text += sum(len(sp) for sp in spans)
+    return peak, text
+
+
+def test_a_large_row_group_is_cut_in_bounded_memory(tmp_path):
+    """One row group of 24 MB of distinct text (pyarrow's writer keeps 1 MB of it in a dictionary page and writes
+    the rest plainly): cut at rows, it is read in batches, never held whole (dictionary-encoding its plain pages
+    kept about twice the group's text in pyarrow)."""
+    rng = np.random.default_rng(0)
+    words = np.array(["alpha", "beta", "gamma", "delta", "naïve", "日本語", "x"])
+    values = [" ".join(rng.choice(words, size=int(n))) for n in rng.integers(50, 800, size=8000)]
+    pq.write_table(pa.table({"text": values}), tmp_path / "one.parquet", row_group_size=len(values))
+    text_bytes = sum(len(v.encode()) for v in values)
+    assert pq.ParquetFile(tmp_path / "one.parquet").metadata.num_row_groups == 1 and text_bytes > 20e6
+    peak, planned = _planned_arrow_peak(tmp_path / "one.parquet", 1 << 20)
+    assert planned == text_bytes
+    assert peak < 16e6, f"pyarrow held {peak / 1e6:.0f} MB planning a {text_bytes / 1e6:.0f} MB row group"
+
+
+def test_a_row_group_repeating_its_longest_value_is_cut_in_bounded_memory(tmp_path, monkeypatch):
+    """A few KB on disk, 20 MB of text: every row the same 20 KB dictionary value. The batches of a group cut at
+    rows are sized by the longest value of its dictionary, not by the stored bytes per row (a few bytes)."""
+    import tokembed.shards.formats.parquet as pqf
+
+    monkeypatch.setattr(pqf, "CUT_BATCH_BYTES", 2 << 20)
+    values = ["the same twenty-kilobyte document " * 600] * 1000
+    pq.write_table(pa.table({"text": values}), tmp_path / "rep.parquet", row_group_size=len(values))
+    assert (tmp_path / "rep.parquet").stat().st_size < 100_000
+    peak, planned = _planned_arrow_peak(tmp_path / "rep.parquet", 1 << 20)
+    assert planned == 1000 * len(values[0])
+    assert peak < 8e6, f"pyarrow held {peak / 1e6:.0f} MB for batches of at most 2 MiB of text"
+
+
+def test_a_column_whose_values_share_bytes_is_read_not_called_damaged(tmp_path):
+    """DELTA_BYTE_ARRAY (each value stored as the previous one's prefix length + a suffix) has no dictionary:
+    it is read as it is (pyarrow cannot keep a dictionary for it)."""
+    values = repeated(300)
+    values[7] = None
+    kw = dict(use_dictionary=False, row_group_size=100)
+    pq.write_table(
+        pa.table({"text": values}), tmp_path / "d.parquet", column_encoding={"text": "DELTA_BYTE_ARRAY"}, **kw
+    )
+    pq.write_table(pa.table({"text": values}), tmp_path / "p.parquet", **kw)
+    assert "DELTA_BYTE_ARRAY" in pq.ParquetFile(tmp_path / "d.parquet").metadata.row_group(0).column(0).encodings
+    for workers in (1, 2):
+        prepare_corpus([tmp_path / "d.parquet"], tmp_path / f"d{workers}", workers=workers, shard_mb=0.05)
+    prepare_corpus([tmp_path / "p.parquet"], tmp_path / "p", workers=1, shard_mb=0.05)
+    assert decoded(tmp_path / "d1") == decoded(tmp_path / "d2") == [v for v in values if v is not None]
+    a, b = open_shards(tmp_path / "d1"), open_shards(tmp_path / "p")
+    assert a.read(0, a.n_tokens).tolist() == b.read(0, b.n_tokens).tolist()
+
+
+def _footer_rows(tmp_path: Path, rows: int) -> Path:
+    """A file whose footer says row group 0 has ``rows`` rows; its pages hold 100."""
+    import struct
+
+    p = tmp_path / "f.parquet"
+    pq.write_table(pa.table({"text": [f"v{i % 5}" for i in range(100)]}), p, row_group_size=100, write_statistics=False)
+    raw = p.read_bytes()
+    start = len(raw) - 8 - struct.unpack("<I", raw[-8:-4])[0]
+    footer = bytearray(raw[start:-8])
+    i = footer.rindex(b"\xc8\x01")  # 100 as a zigzag varint: the last is the row group's num_rows
+    footer[i : i + 2] = bytes([(2 * rows) & 0x7F | 0x80, (2 * rows) >> 7])
+    p.write_bytes(raw[:start] + bytes(footer) + raw[-8:])
+    assert pq.ParquetFile(p).metadata.row_group(0).num_rows == rows and pq.read_table(p).num_rows == 100
+    return p
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_footer_that_counts_other_rows_than_the_pages_hold_is_an_error(tmp_path, workers):
+    """Whoever reads the rows (the planner, in one process; a worker otherwise), the run stops with the same
+    error instead of reading the rows shifted."""
+    p = _footer_rows(tmp_path, 101)
+    with pytest.raises(
+        ValueError, match=r"f.parquet changed while it was being prepared \(row group 0 has 100 rows, not 101\)"
+    ):
+        prepare_corpus([p], tmp_path / "out", workers=workers, shard_mb=1)
+
+
 def test_lone_surrogates_are_replaced_and_counted_or_refused(tmp_path):
     lines = ['{"text": "a \\ud800 b"}', '{"text": "pair \\ud83d\\ude00 ok"}', '{"text": "\\udfff\\ud800 two"}']
     (tmp_path / "s.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")

@@ -227,9 +227,15 @@ def _export_format(out: str, given: str | None) -> str:
 
 def _cmd_export_shards(args) -> int:
     """``tokembed export SHARDS --format megatron|nanogpt OUT``: token data for other trainers (no torch)."""
+    import warnings
+
     from tokembed.shards.export import export_shards
 
-    result = export_shards(args.source, args.out, format=args.format, split=args.split, overwrite=args.overwrite)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = export_shards(args.source, args.out, format=args.format, split=args.split, overwrite=args.overwrite)
+    for w in caught:
+        print(f"tokembed export: warning: {w.message}", file=sys.stderr)
     if args.format == "megatron":
         for split, r in result.get("splits", {"": result}).items():
             print(

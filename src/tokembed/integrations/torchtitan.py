@@ -1,12 +1,14 @@
-"""torchtitan: tokembed's loader as a torchtitan ``BaseDataLoader`` (a ``Stateful`` checkpointed per rank).
+"""torchtitan: tokembed's loader as a torchtitan ``BaseDataLoader`` (a ``Stateful`` that DCP checkpoints).
 
 torchtitan builds its data loader from a config (``config.dataloader.build(dp_world_size=, dp_rank=,
-tokenizer=, seq_len=, local_batch_size=, ...)``), iterates ``(input_dict, labels)`` and saves
-``state_dict()`` through DCP on every rank. Its own ``ParallelAwareDataloader`` keys that state by
-data-parallel rank and refuses to load it at another data-parallel degree (torchtitan #811). This one
-keys it the same way, but tokembed's position is one point in the *global* order: a state saved at one
-degree loads at another with the same global batch (``local_batch_size x dp_world_size``), and a rank
-whose key is missing reads any rank's.
+tokenizer=, seq_len=, local_batch_size=, ...)``), iterates ``(input_dict, labels)`` and checkpoints it with
+``dcp.save({"dataloader": loader, ...})`` on every rank; on resume ``dcp.load`` takes the keys of each new
+rank's ``state_dict()`` as its template and refuses a key the checkpoint lacks. torchtitan's own
+``ParallelAwareDataloader`` keys its state ``dp_rank_<r>`` (each rank has its own stream) and refuses another
+data-parallel degree (torchtitan #811). tokembed's position is one point in the *global* order, the same on
+every rank, so its state has one key every rank shares (``"tokembed"``, with ``"world_size"``): DCP keeps
+one copy, and a state saved at one degree loads at any other, fewer or more ranks, with the same global batch
+(``local_batch_size x dp_world_size``).
 
 Batches: ``({"input": (B, T), "positions": (B, T)}, labels (B, T))``; ``positions`` restart at every
 document start (torchtitan builds its FlexAttention block mask or varlen ``cu_seqlens`` from them);
@@ -32,7 +34,9 @@ try:  # the real base class when torchtitan is installed: isinstance checks and 
 except ImportError:  # pragma: no cover - exercised where torchtitan is absent
     from torch.distributed.checkpoint.stateful import Stateful as _Base
 
-__all__ = ["TitanDataLoader"]
+__all__ = ["STATE_KEY", "TitanDataLoader"]
+
+STATE_KEY = "tokembed"  # the one key of the loader's position, shared by every rank
 
 _BaseConfig: Any = getattr(_Base, "Config", object)
 
@@ -84,7 +88,6 @@ class TitanDataLoader(_Base):
             packing=config.packing,
             output="documents",
         )
-        self._key = f"dp_rank_{dp_rank}"
 
     def __iter__(self) -> Iterator[tuple[dict[str, torch.Tensor], torch.Tensor]]:
         while True:
@@ -97,20 +100,27 @@ class TitanDataLoader(_Base):
         return len(self.loader)
 
     def state_dict(self) -> dict[str, Any]:
-        """``{"dp_rank_<r>": the loader's state as JSON, "world_size": dp_world_size}`` (torchtitan's keys)."""
-        return {self._key: json.dumps(self.loader.state_dict()), "world_size": self.dp_world_size}
+        """``{"tokembed": the loader's state as JSON, "world_size": dp_world_size}``: the same keys on every rank.
+
+        The state is the global position (no rank in it), so the copy DCP keeps of the shared key is every
+        rank's, and every rank of another degree finds its key on load.
+        """
+        return {STATE_KEY: json.dumps(self.loader.state_dict()), "world_size": self.dp_world_size}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Resume; at another data-parallel degree too (any rank's state: they share one global position).
+        """Resume, at this or another data-parallel degree (same global batch).
+
+        Also reads the per-rank layout of earlier versions (``dp_rank_<r>`` keys): any rank's, they are the same.
 
         Raises:
             ValueError: a state of other data or options, or of another global batch size (names what differs).
         """
         if not state_dict:  # torchtitan: an empty state is valid (nothing saved yet)
             return
-        saved = [k for k in state_dict if k.startswith("dp_rank_")]
-        if not saved:
-            raise ValueError(f"not a data loader state: no 'dp_rank_<r>' key in {sorted(state_dict)}")
-        key = self._key if self._key in state_dict else saved[0]
-        value = state_dict[key]
+        keys = [STATE_KEY] if STATE_KEY in state_dict else sorted(k for k in state_dict if k.startswith("dp_rank_"))
+        if not keys:
+            raise ValueError(
+                f"not a TitanDataLoader state: no {STATE_KEY!r} key in {sorted(state_dict)}; pass what state_dict() returned"
+            )
+        value = state_dict[keys[0]]
         self.loader.load_state_dict(json.loads(value if isinstance(value, str) else bytes(value).decode()))

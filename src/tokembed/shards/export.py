@@ -38,6 +38,7 @@ SHARD_EXPORT_FORMATS = ("megatron", "nanogpt")
 EXPORT_SPLITS = ("train", "val", "all")
 _CHUNK = 1 << 20  # tokens per write: 2-4 MiB of the source dtype, at most 8 MiB of the target's
 NANOGPT_FILES = ("val.bin", "meta.pkl", "train.bin")  # train.bin last: nanoGPT's train.py needs it first
+NANOGPT_BLOCK_SIZE = 1024  # nanoGPT's train.py default; its get_batch samples from len(data) - block_size starts
 
 
 def _chunks(ss: ShardSet) -> Iterator[tuple[int, np.ndarray]]:
@@ -161,6 +162,10 @@ def export_nanogpt(
         ValueError: a missing or empty split (nanoGPT cannot read it), a token id >= 65536 (uint16), naming it and
             its offset; an output inside the input or a checkpoint.
         FileExistsError: an output exists and ``overwrite`` is False.
+
+    Warns:
+        UserWarning: a split of at most `NANOGPT_BLOCK_SIZE` tokens (nanoGPT's default block_size): written, but
+            train.py needs a smaller ``--block_size`` for it.
     """
     src, out = _source(root), output_path(out, what="the output folder")
     names = _split_names(src, split)
@@ -188,6 +193,16 @@ def export_nanogpt(
             with contextlib.suppress(OSError):
                 out.rmdir()  # a refused export leaves no empty folder
         raise
+    for name, f in files.items():
+        if f["tokens"] <= NANOGPT_BLOCK_SIZE:
+            import warnings
+
+            warnings.warn(
+                f"{name}.bin holds {f['tokens']:,} tokens: nanoGPT's train.py draws windows of block_size + 1 tokens "
+                f"({NANOGPT_BLOCK_SIZE + 1:,} by default) and fails on a split of at most block_size; pass "
+                f"--block_size={max(1, f['tokens'] - 1)} or less, or prepare more text",
+                stacklevel=2,
+            )
     return {"format": "nanogpt", "files": files, "meta": str(out / "meta.pkl")}
 
 

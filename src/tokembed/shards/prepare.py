@@ -441,7 +441,7 @@ class _Run:
         cancel = True
         try:
             # In this process, the planner's spans keep what it read anyway (Parquet row groups it decoded to size
-            # them), and each unit is written before the next is planned: no unit's bytes wait beside another's.
+            # them); each unit is written, and its spans' bytes let go, before the next unit is planned.
             keep = self.engine.in_process
             for unit in iter_units(files, self.config, carry=carry, keep=keep):
                 self.result.units += 1
@@ -449,6 +449,9 @@ class _Run:
                 self._submit_unit(unit, {sp.file: names[sp.file] for sp in unit.spans})
                 while keep and self.pending:
                     self._finish_one()
+                if keep:
+                    for sp in unit.spans:
+                        sp.data = None  # (the planner's generators still hold the last span; parts may be copies)
             while self.pending:
                 self._finish_one()
             cancel = False
@@ -471,6 +474,9 @@ class _Run:
             while len(self.pending) >= self.engine.capacity:
                 self._finish_one()
             self.pending.append((self.engine.submit(part, self.config, names), unit.id))
+            if self.engine.in_process:  # tokenized already: its bytes are not needed again
+                for sp in part.spans:
+                    sp.data = None
 
     def _skip(self, unit: Unit) -> None:
         self.result.units_skipped += 1

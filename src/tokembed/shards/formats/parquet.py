@@ -34,6 +34,8 @@ if TYPE_CHECKING:  # pyarrow has no type information (Any to mypy); the names sa
 __all__ = ["ParquetFormat", "RowSpan", "read_rows", "row_records", "split_rows"]
 
 BATCH_BYTES = 1 << 20  # text bytes per batch when the planner reads a row group
+CUT_BATCH_BYTES = 16 << 20  # at most this much decoded text per batch of a group cut at rows, repeated values or not
+SHARED_BATCH_ROWS = 64  # rows per batch of a column whose values share bytes (DELTA_BYTE_ARRAY): sizes unknown
 # Encodings that store every value's bytes (plus lengths): the decoded text is never larger than the footer says.
 _STORED = {"PLAIN", "RLE", "BIT_PACKED", "DELTA_LENGTH_BYTE_ARRAY"}
 
@@ -213,12 +215,16 @@ def read_rows(span: RowSpan, path: str) -> bytes:
             ) from None
         finally:
             pf.close()
-    if table.num_rows != span.end - span.start:
-        raise ValueError(
-            f"{path} changed while it was being prepared (row group {span.group} has {table.num_rows:,} rows, not "
-            f"{span.end - span.start:,}); rerun the same command"
-        )
+    _check_rows(path, span.group, table.num_rows, span.end - span.start)
     return _packed(*table.column(0).chunks)
+
+
+def _check_rows(path: str, group: int, got: int, expected: int) -> None:
+    if got != expected:
+        raise ValueError(
+            f"{path} changed while it was being prepared (row group {group} has {got:,} rows, not {expected:,}); "
+            "rerun the same command"
+        )
 
 
 def split_rows(span: RowSpan, part_bytes: int) -> list[RowSpan]:
@@ -299,7 +305,7 @@ class ParquetPlan:
             self.src.close()
             raise
         self.rows = self.pf.metadata.num_rows
-        self.encoded = None  # the same file, read with the text column's dictionary kept (made when needed)
+        self.encoded: pq.ParquetFile | None = None  # the same file, its dictionary kept (`_dictionary_reader`)
 
     def spans(self, filled: Callable[[], int]) -> Iterator[RowSpan]:
         """The file's spans: whole row groups of up to ``unit_bytes`` text bytes, rows of larger ones."""
@@ -310,6 +316,7 @@ class ParquetPlan:
             if n and size <= self.unit_bytes:
                 span = RowSpan(self.fi, row, row + n, group=g, column=self.field, size=size)
                 if read is not None:  # the rows read to size the group: a worker does not read them again
+                    _check_rows(self.path, g, sum(len(a) for a in read), n)
                     span.data, read = _packed(*read), None
                 elif self.options.carry:
                     span.data = read_rows(span, self.path)
@@ -332,35 +339,52 @@ class ParquetPlan:
             size += int(_row_lengths(batch.column(0)).sum())
             if keep:
                 read.append(batch.column(0))
-        return max(stored, size), read if keep else None
+        size = max(stored, size)
+        return size, read if keep and size <= self.unit_bytes else None  # (a larger group is read again, cut)
 
     def _encoded(self, g: int) -> bool:
         """Whether row group ``g``'s text column may decode to more than its stored bytes (a dictionary, or an
-        encoding that shares bytes between values): then the planner reads it with its dictionary kept."""
+        encoding that shares bytes between values): then the planner reads it to learn its size (`_batches`)."""
         chunk = self.pf.metadata.row_group(g).column(self.col)
         return chunk.has_dictionary_page or not set(chunk.encodings) <= _STORED
 
-    def _batches(self, g: int, size: int) -> Iterator[pa.RecordBatch]:
+    def _batches(self, g: int, size: int, *, cut: bool = False) -> Iterator[pa.RecordBatch]:
         """Batches of row group ``g``'s text column, about `BATCH_BYTES` of stored text each (``size``: the group's
-        text bytes). A dictionary-encoded column comes as dictionary arrays: repeated values are not repeated in
-        memory, however often they occur."""
+        text bytes).
+
+        To size a group of at most a unit, a dictionary-encoded column comes as dictionary arrays: repeated values
+        are not repeated in memory, however often they occur. A group cut at rows (``cut``) comes decoded:
+        pyarrow would dictionary-encode the plain pages a writer falls back to after its dictionary page fills
+        (values hashed one by one, and kept until the group ends: about twice the group's text), so instead each
+        batch holds at most `CUT_BATCH_BYTES` of text even where every row repeats the longest dictionary value.
+        """
+        chunk = self.pf.metadata.row_group(g).column(self.col)
+        rows = max(1, BATCH_BYTES // max(1, size // max(1, self.pf.metadata.row_group(g).num_rows)))
+        pf = self.pf
+        if chunk.has_dictionary_page:
+            if cut:  # (the dictionary page is read whole with the first row)
+                first = next(self._dictionary_reader().iter_batches(batch_size=1, row_groups=[g], columns=[self.field]))
+                longest = int(_row_lengths(first.column(0).dictionary).max(initial=0))
+                rows = max(1, min(rows, CUT_BATCH_BYTES // max(1, longest)))
+            else:
+                pf = self._dictionary_reader()
+        elif not set(chunk.encodings) <= _STORED:  # values that share bytes (DELTA_BYTE_ARRAY): no bound known
+            rows = min(rows, SHARED_BATCH_ROWS)
+        return pf.iter_batches(batch_size=rows, row_groups=[g], columns=[self.field], use_threads=False)
+
+    def _dictionary_reader(self) -> pq.ParquetFile:
+        """The file again, read with the text column's dictionary kept (opened on first use)."""
         import pyarrow.parquet as pq
 
-        per_row = max(1, size // max(1, self.pf.metadata.row_group(g).num_rows))
-        pf = self.pf
-        if self._encoded(g):
-            if self.encoded is None:
-                self.encoded = pq.ParquetFile(
-                    self.src.open_file(),
-                    read_dictionary=[self.field],
-                    pre_buffer=False,
-                    buffer_size=1 << 20,
-                    page_checksum_verification=True,
-                )
-            pf = self.encoded
-        return pf.iter_batches(
-            batch_size=max(1, BATCH_BYTES // per_row), row_groups=[g], columns=[self.field], use_threads=False
-        )
+        if self.encoded is None:
+            self.encoded = pq.ParquetFile(
+                self.src.open_file(),
+                read_dictionary=[self.field],
+                pre_buffer=False,
+                buffer_size=1 << 20,
+                page_checksum_verification=True,
+            )
+        return self.encoded
 
     def _large_group(self, g: int, row: int, filled: Callable[[], int]) -> Iterator[RowSpan]:
         """Rows of row group ``g`` in spans that end where the unit fills (read here, in batches; only the rows of
@@ -371,7 +395,7 @@ class ParquetPlan:
         stored = self.pf.metadata.row_group(g).column(self.col).total_uncompressed_size
         held: list[Any] = []
         held_bytes, start = 0, row
-        for batch in self._batches(g, stored):
+        for batch in self._batches(g, stored, cut=True):
             col = batch.column(0)
             sizes = _row_lengths(col)  # (rows,)
             lo = 0
