@@ -322,3 +322,28 @@ def test_persistent_workers_read_each_epochs_order_and_resume_in_a_later_epoch(t
     rest: list[torch.Tensor] = []  # resumed in epoch 1; epochs 2 and 3 on the same persistent worker
     train(ds, tmp_path / "cut", seen=rest, num_train_epochs=4, resume=tmp_path / "cut" / "checkpoint-3", **workers)
     assert all(torch.equal(a, b) for a, b in zip(cut + rest, full, strict=True))
+
+
+def stack_inputs(items):
+    return torch.stack([it["input_ids"] for it in items])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_a_users_own_dataloader_with_persistent_workers_follows_set_epoch(context):
+    # torch's DataLoader, as a user's script or another trainer builds it: the worker keeps its copy of the
+    # dataset across epochs (and, spawned, got it pickled); set_epoch in the main process still reaches it.
+    ds = HFWindows(TOKENS, max_length=32, seed=4)
+    dl = torch.utils.data.DataLoader(
+        ds,
+        batch_size=5,
+        num_workers=1,
+        persistent_workers=True,
+        multiprocessing_context=context,
+        collate_fn=stack_inputs,
+    )
+    got = []
+    for epoch in range(3):
+        ds.set_epoch(epoch)
+        got += list(dl)
+    assert all(torch.equal(a, b) for a, b in zip(got, windows_of(ds, range(3), 5), strict=True))
