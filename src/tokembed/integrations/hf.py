@@ -235,8 +235,8 @@ class LoaderStateCallback(_callback_base()):  # type: ignore[misc]
             )
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if not state.is_world_process_zero:
-            return
+        if not getattr(args, "should_save", state.is_world_process_zero):
+            return  # where the Trainer writes its checkpoint (every node's first process with save_on_each_node)
         folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
         folder.mkdir(parents=True, exist_ok=True)
         dataloader = kwargs.get("train_dataloader")
