@@ -24,7 +24,16 @@ def blocks() -> list[tuple[str, str]]:
 
 def test_the_doc_has_a_tested_section_per_trainer():
     text = DOC.read_text(encoding="utf-8")
-    for section in ("PyTorch-native", "torchdata", "torchtitan", "Hugging Face", "litgpt", "nanoGPT", "Megatron"):
+    for section in (
+        "PyTorch-native",
+        "accelerate",
+        "torchdata",
+        "torchtitan",
+        "Hugging Face",
+        "litgpt",
+        "nanoGPT",
+        "Megatron",
+    ):
         assert re.search(rf"^## .*{section}", text, flags=re.M), section
     assert len(blocks()) >= 12
 

@@ -57,3 +57,36 @@ def test_torchtitan_checkpoint_manager_resumes_at_fewer_and_more_ranks(folder, t
         proc = torchrun(world, "dist_titan_script.py", folder, tmp_path / "ckpt", "load", 8 // world, out)
         assert proc.returncode == 0, f"dp {world}: {proc.stderr[-3000:]}"
         assert global_steps(records(out, "load", world), "rest") == uninterrupted, world
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not TORCHRUN.exists(), reason="torchrun is not installed next to this Python")
+def test_accelerate_each_process_reads_its_rank_and_resumes_at_other_process_counts(folder, tmp_path):
+    pytest.importorskip("accelerate")
+    import tokembed
+
+    out, ckpt = tmp_path / "out", tmp_path / "ckpt"
+    out.mkdir()
+    proc = torchrun(2, "dist_accelerate_script.py", folder, ckpt, "save", 8, out)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    saved = records(out, "save", 2)
+    for r, rec in enumerate(saved):
+        # Exactly this rank's batches (tokembed's loader at rank r of 2, read here without accelerate).
+        mine = [
+            x[:, :2].tolist()
+            for x, _ in tokembed.create_dataloader(folder, batch_size=4, max_length=32, seed=2, rank=r, world_size=2)
+        ]
+        assert rec["rank"] == rec["loader_rank"] == r and rec["world"] == 2
+        assert rec["head"] + rec["rest"] == mine and rec["len"] == len(mine)
+        assert rec["batch_size"] == 4 and rec["total_batch_size"] == 8 and rec["is_dataloader"]
+        assert rec["ends"] == [False] * (len(rec["rest"]) - 1) + [True]  # accelerate sees the epoch's end
+    uninterrupted = global_steps(saved, "rest")
+    for world in (1, 2):  # accelerator.load_state at fewer and the same number of processes (global batch 8)
+        proc = torchrun(world, "dist_accelerate_script.py", folder, ckpt, "load", 8, out)
+        assert proc.returncode == 0, f"{world} processes: {proc.stderr[-3000:]}"
+        assert global_steps(records(out, "load", world), "rest") == uninterrupted, world
+    # accelerator.prepare(loader.as_dataloader()) would shard the ranks' batches again: refused, naming the fix.
+    proc = torchrun(2, "dist_accelerate_script.py", folder, ckpt, "prepare", 8, out)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for rec in records(out, "prepare", 2):
+        assert "prepare_dataloader(accelerator, loader)" in rec["error"] and "rank" in rec["error"]

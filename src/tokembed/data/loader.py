@@ -501,18 +501,32 @@ class WindowLoader:
 
     def as_dataloader(self) -> WindowDataLoader:
         """This loader as a ``torch.utils.data.DataLoader`` (for trainers that check ``isinstance``: Fabric,
-        litgpt, accelerate): the same batches, ``len``, ``set_epoch``, ``state_dict`` and ``load_state_dict``."""
+        litgpt): the same batches, ``len``, ``batch_size``, ``set_epoch``, ``state_dict`` and ``load_state_dict``.
+        With accelerate use `tokembed.integrations.accelerate.prepare_dataloader` (``Accelerator.prepare`` would
+        shard the batches again)."""
         return WindowDataLoader(self)
 
 
 class _Batches(torch.utils.data.IterableDataset):
-    """A `WindowLoader`'s batches as an ``IterableDataset`` (what `WindowDataLoader` wraps)."""
+    """A `WindowLoader`'s batches as an ``IterableDataset`` (the ``dataset`` of a `WindowDataLoader`).
+
+    Only code that builds a new DataLoader from that ``dataset`` iterates it, and such a DataLoader would batch
+    tokembed's batches again (``batch_size``) and deal them out across processes again (accelerate's
+    ``Accelerator.prepare``): iterating it raises an error that says what to do instead.
+    """
 
     def __init__(self, loader: WindowLoader) -> None:
         self.loader = loader
 
     def __iter__(self) -> Iterator[Any]:
-        return iter(self.loader)
+        ld = self.loader
+        raise ValueError(
+            f"a DataLoader was built again from a tokembed WindowDataLoader's dataset (batches of {ld.batch_size} "
+            f"windows, already rank {ld.rank} of {ld.world_size}'s share): it would batch them again and, across "
+            "processes, keep only part of each rank's share. Iterate the WindowDataLoader itself; with accelerate, "
+            "use tokembed.integrations.accelerate.prepare_dataloader(accelerator, loader) instead of "
+            "accelerator.prepare(loader.as_dataloader())"
+        )
 
     def __len__(self) -> int:
         return len(self.loader)
@@ -522,13 +536,14 @@ class WindowDataLoader(torch.utils.data.DataLoader):
     """A `WindowLoader` seen as a ``torch.utils.data.DataLoader`` (`WindowLoader.as_dataloader`).
 
     Iterating, ``len()``, ``set_epoch``, ``state_dict`` and ``load_state_dict`` are the `WindowLoader`'s
-    (``loader``); the DataLoader attributes are there for code that reads them. Its ``dataset`` is an
-    ``IterableDataset`` over the loader, so trainers that would put in a ``DistributedSampler`` of their
-    own (Lightning Fabric, accelerate) leave it alone: the loader deals ranks itself.
+    (``loader``); ``batch_size`` is its windows per batch on this rank and ``drop_last`` its own. Its ``dataset``
+    is an ``IterableDataset``, so trainers that would put in a ``DistributedSampler`` of their own (Lightning
+    Fabric) leave it alone: the loader deals ranks itself. A DataLoader built again from that dataset (accelerate's
+    ``Accelerator.prepare``) is refused when iterated: see `tokembed.integrations.accelerate`.
     """
 
     def __init__(self, loader: WindowLoader) -> None:
-        super().__init__(_Batches(loader), batch_size=None, num_workers=0)
+        super().__init__(_Batches(loader), batch_size=loader.batch_size, drop_last=loader.drop_last, num_workers=0)
         self.loader = loader
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
