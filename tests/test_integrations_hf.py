@@ -292,6 +292,20 @@ def test_a_checkpoint_outside_output_dir_is_checked_where_it_is(tmp_path):
     ds = HFWindows(TOKENS, max_length=32, seed=4)
     train(ds, tmp_path / "run3", seen=rest, max_steps=7, resume=run1 / "checkpoint-3")
     assert all(torch.equal(a, b) for a, b in zip(rest, windows_of(ds, range(4), 3)[7:15], strict=True))
+    # Called outside a Trainer's training loop (as by a Trainer whose loop is named otherwise), the callback
+    # checks the checkpoint the Trainer's own naming gives: output_dir/checkpoint-<global step>.
+    args = transformers.TrainingArguments(
+        output_dir=str(run1),
+        per_device_train_batch_size=3,
+        gradient_accumulation_steps=3,
+        use_cpu=True,
+        report_to=[],
+        train_sampling_strategy="sequential",
+    )
+    state = transformers.TrainerState.load_from_json(str(run1 / "checkpoint-3" / "trainer_state.json"))
+    LoaderStateCallback(HFWindows(TOKENS, max_length=32, seed=4)).on_train_begin(args, state, None)
+    with pytest.raises(ValueError, match=r"seed=4 \(this loader: 5\)"):
+        LoaderStateCallback(HFWindows(TOKENS, max_length=32, seed=5)).on_train_begin(args, state, None)
     (run1 / "checkpoint-3" / STATE_FILE).unlink()  # saved without the callback: nothing to check, and it says so
     with pytest.warns(UserWarning, match=rf"resuming from {run1 / 'checkpoint-3'}, which has no {STATE_FILE}"):
         train(
