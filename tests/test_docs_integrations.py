@@ -57,5 +57,6 @@ def test_every_example_of_the_integrations_doc_runs(tmp_path, story, monkeypatch
         else:
             exec(compile(code, f"{DOC.name}, example {i + 1}", "exec"), namespace)
     assert (tmp_path / "hf-run" / "checkpoint-2" / "tokembed_loader.json").is_file()
+    assert (tmp_path / "hf-run-2" / "checkpoint-6" / "tokembed_loader.json").is_file()  # resumed from hf-run
     assert (tmp_path / "nanoGPT" / "data" / "tokembed" / "meta.pkl").is_file()
     assert namespace["train_ds"][0]["tokens"].shape == (64,)

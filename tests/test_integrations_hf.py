@@ -168,3 +168,157 @@ def test_a_mixture_reads_in_the_loaders_order(tmp_path):
         items = ds.__getitems__(range(5))
         assert torch.equal(torch.stack([it["input_ids"] for it in items]), x)
         assert torch.equal(torch.stack([it["labels"] for it in items]), hf_labels(y))
+
+
+# ------------------------------------------------------------------------- resumes the Trainer makes itself
+
+
+class RecordingTrainer(transformers.Trainer):
+    """transformers' Trainer, noting the batches it trains on (in its loop, after accelerate's prefetch)."""
+
+    def __init__(self, *args, seen: list, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.seen = seen
+
+    def training_step(self, model, inputs, *args, **kwargs):
+        self.seen.append(inputs["input_ids"].clone())
+        return super().training_step(model, inputs, *args, **kwargs)
+
+
+def train(ds, out, *, seen, resume=None, **overrides):
+    options = dict(
+        output_dir=str(out),
+        per_device_train_batch_size=3,
+        gradient_accumulation_steps=3,
+        dataloader_drop_last=False,
+        save_steps=3,
+        learning_rate=1e-3,
+        report_to=[],
+        use_cpu=True,
+        train_sampling_strategy="sequential",
+        seed=0,
+    )
+    args = transformers.TrainingArguments(**{**options, **overrides})
+    trainer = RecordingTrainer(
+        model=tiny_gpt2(), args=args, train_dataset=ds, callbacks=[LoaderStateCallback(ds)], seen=seen
+    )
+    trainer.train(resume_from_checkpoint=None if resume is None else str(resume))
+    return trainer
+
+
+TOKENS = np.arange(330) % 997  # 10 windows of 32
+
+
+def windows_of(ds, epochs, batch):
+    """tokembed's order as the Trainer's sequential batches of ``batch`` windows, epoch after epoch."""
+    n = len(ds)
+    return [
+        ds.dataset.gather(ds.windows(range(i, min(i + batch, n)), epoch=e))[0]
+        for e in epochs
+        for i in range(0, n, batch)
+    ]
+
+
+@pytest.mark.slow
+def test_with_accumulation_the_saved_position_is_where_the_trainer_reads_on(tmp_path):
+    # 10 windows in batches of 3 (the last of 1), accumulated 3 at a time: the Trainer steps after batches
+    # 0-2 and after the short batch 3, so 2 steps an epoch (not 4 // 3 = 1); 7 steps cross epochs 0..3.
+    full: list[torch.Tensor] = []
+    train(HFWindows(TOKENS, max_length=32, seed=4), tmp_path / "full", seen=full, max_steps=7)
+    ds = HFWindows(TOKENS, max_length=32, seed=4)
+    assert len(full) == 15 and all(torch.equal(a, b) for a, b in zip(full, windows_of(ds, range(4), 3)))
+
+    cut: list[torch.Tensor] = []
+    train(HFWindows(TOKENS, max_length=32, seed=4), tmp_path / "cut", seen=cut, max_steps=3)
+    assert len(cut) == 7  # epoch 0's 4 batches, then one step of 3 in epoch 1
+    saved = json.loads((tmp_path / "cut" / "checkpoint-3" / STATE_FILE).read_text())
+    # tokembed's own loader restored from the file reads what the uninterrupted Trainer trained on next
+    loader = tokembed.create_dataloader(TOKENS, batch_size=1, max_length=32, seed=4)
+    loader.load_state_dict(saved)
+    assert torch.equal(next(iter(loader))[0], full[7])
+    assert (saved["epoch"], saved["batches_done"]) == (1, 9)
+
+    rest: list[torch.Tensor] = []
+    train(ds, tmp_path / "cut", seen=rest, max_steps=7, resume=tmp_path / "cut" / "checkpoint-3")
+    assert all(torch.equal(a, b) for a, b in zip(cut + rest, full, strict=True))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        # what a save with the floor of 4 // 3 steps an epoch wrote: the Trainer's own record disagrees
+        ("file", r"the Trainer's own state \(trainer_state.json: epoch 1.75\) puts it at epoch 1 window 9"),
+        ("accumulation", r"resumes 3 steps in at epoch 1 window 6: resume with the batch size, accumulation"),
+        ("ignore_data_skip", r"window 9, but ignore_data_skip=True makes the Trainer read epoch 1 from its start"),
+    ],
+)
+def test_the_resume_check_asks_the_trainers_own_record(tmp_path, change, message):
+    train(HFWindows(TOKENS, max_length=32, seed=4), tmp_path / "cut", seen=[], max_steps=3)
+    checkpoint = tmp_path / "cut" / "checkpoint-3"
+    options = {}
+    if change == "file":
+        saved = json.loads((checkpoint / STATE_FILE).read_text())
+        saved["epoch"], saved["batches_done"] = 3, 0
+        (checkpoint / STATE_FILE).write_text(json.dumps(saved))
+    elif change == "accumulation":
+        options["gradient_accumulation_steps"] = 2
+    else:
+        options["ignore_data_skip"] = True
+    with pytest.raises(ValueError, match=message):
+        train(
+            HFWindows(TOKENS, max_length=32, seed=4),
+            tmp_path / "cut",
+            seen=[],
+            max_steps=7,
+            resume=checkpoint,
+            **options,
+        )
+
+
+@pytest.mark.slow
+def test_a_checkpoint_outside_output_dir_is_checked_where_it_is(tmp_path):
+    run1 = tmp_path / "run1"
+    train(HFWindows(TOKENS, max_length=32, seed=4), run1, seen=[], max_steps=3)
+    with pytest.raises(ValueError, match=r"seed=4 \(this loader: 5\)"):
+        train(
+            HFWindows(TOKENS, max_length=32, seed=5),
+            tmp_path / "run2",
+            seen=[],
+            max_steps=7,
+            resume=run1 / "checkpoint-3",
+        )
+    rest: list[torch.Tensor] = []
+    ds = HFWindows(TOKENS, max_length=32, seed=4)
+    train(ds, tmp_path / "run3", seen=rest, max_steps=7, resume=run1 / "checkpoint-3")
+    assert all(torch.equal(a, b) for a, b in zip(rest, windows_of(ds, range(4), 3)[7:15], strict=True))
+    (run1 / "checkpoint-3" / STATE_FILE).unlink()  # saved without the callback: nothing to check, and it says so
+    with pytest.warns(UserWarning, match=rf"resuming from {run1 / 'checkpoint-3'}, which has no {STATE_FILE}"):
+        train(
+            HFWindows(TOKENS, max_length=32, seed=5),
+            tmp_path / "run4",
+            seen=[],
+            max_steps=4,
+            resume=run1 / "checkpoint-3",
+        )
+
+
+@pytest.mark.slow
+def test_persistent_workers_read_each_epochs_order_and_resume_in_a_later_epoch(tmp_path):
+    workers = dict(
+        per_device_train_batch_size=5,
+        gradient_accumulation_steps=1,
+        dataloader_num_workers=1,
+        dataloader_persistent_workers=True,
+    )
+    full: list[torch.Tensor] = []
+    train(HFWindows(TOKENS, max_length=32, seed=4), tmp_path / "full", seen=full, num_train_epochs=4, **workers)
+    ds = HFWindows(TOKENS, max_length=32, seed=4)
+    want = windows_of(ds, range(4), 5)
+    assert not torch.equal(want[0], want[2])  # epoch 1 has another order than epoch 0
+    assert len(full) == 8 and all(torch.equal(a, b) for a, b in zip(full, want))
+    cut: list[torch.Tensor] = []
+    train(HFWindows(TOKENS, max_length=32, seed=4), tmp_path / "cut", seen=cut, max_steps=3, **workers)
+    rest: list[torch.Tensor] = []  # resumed in epoch 1; epochs 2 and 3 on the same persistent worker
+    train(ds, tmp_path / "cut", seen=rest, num_train_epochs=4, resume=tmp_path / "cut" / "checkpoint-3", **workers)
+    assert all(torch.equal(a, b) for a, b in zip(cut + rest, full, strict=True))

@@ -112,8 +112,53 @@ def test_litgpt_data_module_gives_rows_in_tokembeds_order(tmp_path):
     ref = tokembed.create_dataloader(tmp_path / "train", batch_size=4, max_length=16, seed=3)
     for rows, (x, y) in zip(dl, ref, strict=True):
         assert torch.equal(rows[:, :16], x) and torch.equal(rows[:, 1:], y)
-    with pytest.raises(ValueError, match=r"split 'val' is not in"):
+    # litgpt's pretrain always asks for validation windows: the error says what to give it
+    with pytest.raises(
+        ValueError,
+        match=r"split 'val' is not in .*; it has 'train'\. .* pass LitDataModule\(source, val_source=\.\.\.\)",
+    ):
         data.val_dataloader()
+
+
+def with_val_split(root: Path, seed: int, low: int) -> np.ndarray:
+    """A folder with a train split (tokens from 5000 on) and a val split of tokens in [low, low + 1000); its val stream."""
+    corpus(root, seed, 40, low=5000)
+    train = json.loads((root / "manifest.json").read_text())["splits"]
+    rng = np.random.default_rng(seed + 1)
+    val, _ = write_cut_stream(
+        root, [rng.integers(low, low + 1000, n).tolist() for n in rng.integers(3, 60, 30)], [], split="val"
+    )
+    manifest = json.loads((root / "manifest.json").read_text())
+    manifest["splits"].update(train)
+    (root / "manifest.json").write_text(json.dumps(manifest))
+    return val
+
+
+def test_litgpt_validates_a_mixture_on_its_components_val_splits(tmp_path):
+    pytest.importorskip("litgpt")
+    from tokembed.integrations.litgpt import LitDataModule
+
+    streams = [with_val_split(tmp_path / name, i, low=1000 * i) for i, name in enumerate("ab")]
+    data = LitDataModule(tokembed.Mixture({tmp_path / "a": 0.5, tmp_path / "b": 0.5}))
+    data.connect(batch_size=4, max_seq_length=16)
+    rows = torch.cat(list(data.val_dataloader()))
+    assert rows.shape[1] == 17
+    sources = set()
+    for row in rows.numpy():
+        words = row[row != EOT]
+        (i,) = set(words // 1000)  # tokens of one component's val split only (never a train split's)
+        assert row.astype(np.int64).tobytes() in streams[i].astype(np.int64).tobytes()  # a contiguous slice of it
+        sources.add(int(i))
+    assert sources == {0, 1}
+
+    corpus(tmp_path / "c", 3, 40)  # a component without a val split
+    data = LitDataModule(tokembed.Mixture({tmp_path / "a": 0.5, tmp_path / "c": 0.5}))
+    data.connect(batch_size=4, max_seq_length=16)
+    with pytest.raises(ValueError, match=r"split 'val' is not in .*c; it has 'train'\. .*val_source="):
+        data.val_dataloader()
+    data = LitDataModule(tokembed.Mixture({tmp_path / "a": 0.5, tmp_path / "c": 0.5}), val_source=tmp_path / "b")
+    data.connect(batch_size=4, max_seq_length=16)
+    assert len(data.val_dataloader()) > 0
 
 
 # ----------------------------------------------------------------------------------------------- nanoGPT

@@ -10,15 +10,21 @@ is not scored (HF's shift drops one per row); with packing, -100 marks what pred
 The order. Item ``i`` of epoch ``e`` is position ``i`` of tokembed's epoch ``e`` order (the same shuffle,
 by formula, as `create_dataloader` with one rank), so with ``TrainingArguments(train_sampling_strategy=
 "sequential")`` the Trainer reads tokembed's order; accelerate deals its batches to the processes, and
-calls ``set_epoch``. Resuming, the Trainer skips the batches it has done by skipping sampler indices (no
-data is read); `LoaderStateCallback` writes tokembed's position into every ``checkpoint-N`` folder
-(``tokembed_loader.json``) and, on resume, checks that the data, the options and the position agree
-with the checkpoint, so the resumed run reads exactly the batches the uninterrupted run would have.
+calls ``set_epoch``: the epoch lives in shared memory, so the DataLoader's workers (persistent ones too)
+read the epoch the main process set. Resuming, the Trainer skips the batches it has done by skipping
+sampler indices (no data is read); `LoaderStateCallback` writes tokembed's position into every
+``checkpoint-N`` folder (``tokembed_loader.json``) and, on resume, checks the checkpoint the Trainer
+resumes from (wherever it is): the data and options must be this run's, the position must be the one the
+Trainer recorded in its own ``trainer_state.json``, and this run's Trainer must skip to that same position,
+so the resumed run reads exactly the batches the uninterrupted run would have.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
+import math
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -83,13 +89,20 @@ class HFWindows(torch.utils.data.Dataset):
         )
         self.dataset = self.loader.dataset
         self.position_ids = packing is not None if position_ids is None else bool(position_ids)
-        self.epoch = 0
+        # The epoch in shared memory: the DataLoader's workers hold copies of this dataset (persistent workers
+        # keep the copy of their first epoch), and read the epoch the main process's set_epoch writes here.
+        self._epoch = torch.zeros((), dtype=torch.int64).share_memory_()
 
     def __len__(self) -> int:
         return len(self.loader)
 
+    @property
+    def epoch(self) -> int:
+        """The epoch whose order ``__getitems__`` reads (the one of the last ``set_epoch``, in every process)."""
+        return int(self._epoch)
+
     def set_epoch(self, epoch: int) -> None:
-        self.epoch = int(epoch)
+        self._epoch.fill_(int(epoch))
 
     def windows(self, indices: Sequence[int], epoch: int | None = None) -> np.ndarray:
         """The dataset's windows at positions ``indices`` of epoch ``epoch`` (default the current one): (K,)."""
@@ -139,25 +152,41 @@ class LoaderStateCallback(_callback_base()):  # type: ignore[misc]
 
     Raises (on train begin):
         ValueError: ``train_sampling_strategy`` is not ``"sequential"`` (the Trainer would shuffle
-            tokembed's order away), or the checkpoint's data, options or position differ from this run's.
+            tokembed's order away), or the checkpoint resumed from holds other data or options, or a position
+            other than the one the Trainer recorded, or one this run's Trainer will not skip to (another batch
+            size, accumulation, number of processes or ``drop_last``, or ``ignore_data_skip``).
     """
 
     def __init__(self, dataset: HFWindows) -> None:
         self.dataset = dataset
 
-    def position(self, args: Any, step: int) -> tuple[int, int]:
-        """``(epoch, window)`` of tokembed's order the Trainer has reached after ``step`` optimizer steps.
+    def geometry(self, args: Any, dataloader: Any = None) -> tuple[int, int]:
+        """``(batches per epoch in each process, windows per batch over all processes)`` of the Trainer's loader.
 
-        The Trainer's arithmetic: an epoch is ``len(dataloader) // gradient_accumulation_steps`` steps of
-        ``per_device_train_batch_size x gradient_accumulation_steps x world_size`` windows, the dataloader
-        dropping (``dataloader_drop_last``) or keeping a last, shorter batch of each epoch.
+        Asked of the Trainer's (accelerate-prepared) ``dataloader`` where given; otherwise from the arguments:
+        ``per_device_train_batch_size`` windows a process, the loader dropping (``dataloader_drop_last``) or
+        keeping a last, shorter batch of each epoch.
         """
-        per_batch = args.per_device_train_batch_size * args.world_size
+        per_batch = getattr(dataloader, "total_batch_size", None) or args.train_batch_size * args.world_size
         n = len(self.dataset)
-        batches = n // per_batch if args.dataloader_drop_last else -(-n // per_batch)
-        per_epoch = max(batches // args.gradient_accumulation_steps, 1)
+        if dataloader is not None:
+            return len(dataloader), per_batch
+        return (n // per_batch if args.dataloader_drop_last else -(-n // per_batch)), per_batch
+
+    def position(self, args: Any, step: int, dataloader: Any = None) -> tuple[int, int]:
+        """``(epoch, window)`` of tokembed's order where a Trainer resuming after ``step`` optimizer steps reads on.
+
+        The Trainer's arithmetic (``set_initial_training_values`` and ``_init_training_state`` of
+        transformers' trainer.py): an epoch of ``b`` batches takes ``ceil(b / gradient_accumulation_steps)``
+        optimizer steps (the last accumulation may be shorter; ``max_steps`` only ends the run), and a resumed
+        run skips ``step % steps_per_epoch`` accumulations of ``gradient_accumulation_steps`` batches into
+        epoch ``step // steps_per_epoch``.
+        """
+        batches, per_batch = self.geometry(args, dataloader)
+        accumulation = args.gradient_accumulation_steps
+        per_epoch = max(-(-batches // accumulation), 1)
         epoch, steps = divmod(int(step), per_epoch)
-        return epoch, min(steps * args.gradient_accumulation_steps * per_batch, n)
+        return epoch, min(steps * accumulation * per_batch, len(self.dataset))
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if getattr(args, "train_sampling_strategy", "sequential") != "sequential":
@@ -165,19 +194,44 @@ class LoaderStateCallback(_callback_base()):  # type: ignore[misc]
                 f"train_sampling_strategy={args.train_sampling_strategy!r} lets the Trainer shuffle tokembed's order "
                 "(shuffled by tokembed already, resumable); use TrainingArguments(train_sampling_strategy='sequential')"
             )
-        if state.global_step == 0:
+        folder = _resumed_folder(args, state)
+        if folder is None:
             return
-        saved_file = Path(args.output_dir) / f"checkpoint-{state.global_step}" / STATE_FILE
+        saved_file = folder / STATE_FILE
         if not saved_file.is_file():
-            return  # a checkpoint written without this callback: nothing to check against
+            warnings.warn(
+                f"resuming from {folder}, which has no {STATE_FILE} (saved without LoaderStateCallback): tokembed "
+                "cannot check that the resumed run reads the batches the saved run would have",
+                stacklevel=2,
+            )
+            return
         saved = json.loads(saved_file.read_text(encoding="utf-8"))
         self.dataset.loader.load_state_dict(saved)  # the same data and options, or a ValueError naming what differs
-        epoch, window = self.position(args, state.global_step)
-        if (saved["epoch"], saved["batches_done"]) != (epoch, window):
+        self._check_position(saved_file, saved, args, state, kwargs.get("train_dataloader"))
+
+    def _check_position(self, saved_file: Path, saved: dict[str, Any], args: Any, state: Any, dataloader: Any) -> None:
+        """The saved position against the Trainer's own record of the saved run, then against where this run's
+        Trainer skips to."""
+        at = (saved["epoch"], saved["batches_done"])
+        recorded = _recorded_position(state, saved.get("trainer"), len(self.dataset))
+        if recorded is not None and recorded != at:
             raise ValueError(
-                f"{saved_file} says the run stopped at epoch {saved['epoch']} window {saved['batches_done']}, but "
-                f"{state.global_step} steps of this run come to epoch {epoch} window {window}: resume with the "
-                "batch size, accumulation, processes and drop_last of the saved run"
+                f"{saved_file} says the run stopped at epoch {at[0]} window {at[1]}, but the Trainer's own state "
+                f"(trainer_state.json: epoch {state.epoch}) puts it at epoch {recorded[0]} window {recorded[1]}: "
+                f"the {STATE_FILE} does not belong to this checkpoint; resume from an untouched checkpoint folder"
+            )
+        epoch, window = self.position(args, state.global_step, dataloader)
+        if getattr(args, "ignore_data_skip", False) and window:
+            raise ValueError(
+                f"{saved_file} says the run stopped at epoch {at[0]} window {at[1]}, but ignore_data_skip=True makes "
+                f"the Trainer read epoch {epoch} from its start again: leave ignore_data_skip off (skipping the "
+                "done batches of HFWindows reads no data)"
+            )
+        if at != (epoch, window):
+            raise ValueError(
+                f"{saved_file} says the run stopped at epoch {at[0]} window {at[1]}, but this run's Trainer resumes "
+                f"{state.global_step} steps in at epoch {epoch} window {window}: resume with the batch size, "
+                "accumulation, processes and drop_last of the saved run"
             )
 
     def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -185,4 +239,38 @@ class LoaderStateCallback(_callback_base()):  # type: ignore[misc]
             return
         folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
         folder.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(folder / STATE_FILE, self.dataset.state_at(*self.position(args, state.global_step)))
+        dataloader = kwargs.get("train_dataloader")
+        batches, per_batch = self.geometry(args, dataloader)
+        saved = self.dataset.state_at(*self.position(args, state.global_step, dataloader))
+        # The saved run's loader: what turns the Trainer's own record (its fractional epoch) into a position.
+        saved["trainer"] = {"batches_per_epoch": batches, "windows_per_batch": per_batch}
+        atomic_write_json(folder / STATE_FILE, saved)
+
+
+def _resumed_folder(args: Any, state: Any) -> Path | None:
+    """The checkpoint folder the running ``Trainer.train`` resumes from; None for a fresh start.
+
+    It is the training loop's ``resume_from_checkpoint`` (``True`` already resolved to the last checkpoint);
+    the folder may be anywhere, not only under ``args.output_dir``. A Trainer whose loop is not found
+    (another transformers) resumes, by its own naming, from ``output_dir/checkpoint-<global_step>``.
+    """
+    frame = inspect.currentframe()
+    while frame is not None:
+        if frame.f_code.co_name == "_inner_training_loop" and "resume_from_checkpoint" in frame.f_locals:
+            folder = frame.f_locals["resume_from_checkpoint"]
+            return None if folder is None else Path(folder)
+        frame = frame.f_back
+    return Path(args.output_dir) / f"checkpoint-{state.global_step}" if state.global_step else None
+
+
+def _recorded_position(state: Any, trainer: dict[str, int] | None, n: int) -> tuple[int, int] | None:
+    """``(epoch, window)`` from the Trainer's own record: its ``state.epoch`` is ``epoch + batches / batches
+    per epoch`` of the batches its loop ran; None where the saved loader geometry is unknown."""
+    if not trainer:
+        return None
+    batches_per_epoch, per_batch = int(trainer["batches_per_epoch"]), int(trainer["windows_per_batch"])
+    epoch = math.floor(state.epoch)
+    batches = round((state.epoch - epoch) * batches_per_epoch)
+    if batches >= batches_per_epoch:  # a fraction within rounding of the epoch's end
+        epoch, batches = epoch + 1, 0
+    return epoch, min(batches * per_batch, n)

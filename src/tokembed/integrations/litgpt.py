@@ -17,6 +17,7 @@ from typing import Any
 from litgpt.data import DataModule
 
 from tokembed.data.loader import WindowDataLoader, create_dataloader
+from tokembed.shards.reader import MissingSplitError
 
 __all__ = ["LitDataModule"]
 
@@ -26,8 +27,10 @@ class LitDataModule(DataModule):
 
     Args:
         source: a shard folder, a Megatron prefix or a `tokembed.Mixture` (training windows: split ``"train"``).
-        val_source: where validation windows come from; default the shard folder's ``"val"`` split (none for
-            a Mixture or a Megatron prefix; a folder prepared without one has none either).
+        val_source: where validation windows come from (a shard folder, Megatron prefix or `Mixture`);
+            default the ``"val"`` split of ``source``: of a shard folder, its val split (``tokembed prepare
+            --val-fraction``); of a Mixture, every component's val split, in the mixture's weights. A
+            Megatron prefix, or a folder prepared without a val split, has none: give ``val_source``.
         seed, shuffle, num_workers: tokembed's loader options.
     """
 
@@ -68,6 +71,19 @@ class LitDataModule(DataModule):
         return self._loader(self.source, shuffle=self.shuffle)
 
     def val_dataloader(self) -> WindowDataLoader:
+        """Validation windows in order (litgpt's ``pretrain`` always asks for them).
+
+        Raises:
+            MissingSplitError: no ``val_source`` and ``source`` (or one of a Mixture's components) has no
+                ``"val"`` split; the message says to pass ``val_source=``.
+        """
         if self.val_source is not None:
             return self._loader(self.val_source, shuffle=False, drop_last=False)
-        return self._loader(self.source, split="val", shuffle=False, drop_last=False)
+        try:
+            return self._loader(self.source, split="val", shuffle=False, drop_last=False)
+        except MissingSplitError as e:
+            raise MissingSplitError(
+                f"LitDataModule has no validation windows: {e}. litgpt's pretrain evaluates on them; pass "
+                "LitDataModule(source, val_source=...) a shard folder (or Mixture) to validate on, or prepare "
+                "the data with a val split (tokembed prepare --val-fraction)"
+            ) from e

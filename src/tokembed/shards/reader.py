@@ -44,6 +44,7 @@ from tokembed.tokenizer.registry import identity_from_manifest
 
 __all__ = [
     "MegatronSplit",
+    "MissingSplitError",
     "RemoteShardSet",
     "ShardSet",
     "ShardsChangedError",
@@ -52,6 +53,10 @@ __all__ = [
     "open_remote_shards",
     "open_shards",
 ]
+
+
+class MissingSplitError(ValueError):
+    """The shard folder (or Megatron dataset) has no split of the name asked for."""
 
 
 class ShardsChangedError(OSError):
@@ -307,7 +312,9 @@ def open_shards(
         expect_tokenizer(root, identity_from_manifest(manifest.get("tokenizer")), tokenizer)
     splits = manifest["splits"]
     if split not in splits:
-        raise ValueError(f"split {split!r} is not in {root}; it has {', '.join(map(repr, splits)) or 'no splits'}")
+        raise MissingSplitError(
+            f"split {split!r} is not in {root}; it has {', '.join(map(repr, splits)) or 'no splits'}"
+        )
     shards = [ShardInfo.from_dict(d) for d in splits[split]["shards"]]
     itemsize = 2 if manifest["dtype"] == "uint16" else 4
     for s in shards:
@@ -389,7 +396,7 @@ def open_megatron(prefix: str | os.PathLike, *, split: str = "train") -> Megatro
     """
     prefix = Path(prefix)
     if split != "train":
-        raise ValueError(
+        raise MissingSplitError(
             f"a Megatron dataset has no splits: {prefix} is read as split 'train', not {split!r}; "
             "give the validation data as its own prefix"
         )
@@ -603,7 +610,9 @@ def open_remote_shards(
         expect_tokenizer(root, identity_from_manifest(manifest.get("tokenizer")), tokenizer)  # type: ignore[arg-type]
     splits = manifest["splits"]
     if split not in splits:
-        raise ValueError(f"split {split!r} is not in {root}; it has {', '.join(map(repr, splits)) or 'no splits'}")
+        raise MissingSplitError(
+            f"split {split!r} is not in {root}; it has {', '.join(map(repr, splits)) or 'no splits'}"
+        )
     shards = [ShardInfo.from_dict(d) for d in splits[split]["shards"]]
     remote.listing_problems(store, shards)
     if verify:
