@@ -7,6 +7,8 @@ behind accelerate's ``Accelerator`` in every process.
   batches, what accelerate reads (``batch_size``, ``total_batch_size``, ``len``) and ``end_of_dataloader``.
 - ``load``: a fresh loader at this number of processes; ``prepare_dataloader``; ``accelerator.load_state``;
   records the batches it yields.
+- ``metrics``: a loader with ``drop_last=False`` (windows of 31 tokens: an odd number of them, so the shared-out
+  last step is padded); ``accelerator.gather_for_metrics`` of every batch.
 - ``prepare``: ``accelerator.prepare(loader.as_dataloader())`` with ``dispatch_batches=False``; records the
   error iterating it raises.
 
@@ -33,7 +35,9 @@ def main() -> None:
     no_dispatch = DataLoaderConfiguration(dispatch_batches=False, split_batches=False)
     accelerator = Accelerator(cpu=True, dataloader_config=no_dispatch if mode == "prepare" else None)
     rank, world = accelerator.process_index, accelerator.num_processes
-    loader = tokembed.create_dataloader(folder, global_batch_size=g, max_length=32, seed=2)  # rank: torch.distributed
+    loader = tokembed.create_dataloader(  # rank and world size from torch.distributed
+        folder, global_batch_size=g, max_length=31 if mode == "metrics" else 32, seed=2, drop_last=mode != "metrics"
+    )
     rec: dict = {"rank": rank, "world": world, "loader_rank": loader.rank}
     if mode == "prepare":
         try:
@@ -44,7 +48,9 @@ def main() -> None:
         dl = prepare_dataloader(accelerator, loader)
         rec.update(batch_size=dl.batch_size, total_batch_size=dl.total_batch_size, len=len(dl))
         rec["is_dataloader"] = isinstance(dl, torch.utils.data.DataLoader)
-        if mode == "save":
+        if mode == "metrics":
+            rec["gathered"] = [accelerator.gather_for_metrics(x[:, :2]).tolist() for x, _ in dl]
+        elif mode == "save":
             it = iter(dl)
             rec["head"] = heads(next(it) for _ in range(3))
             accelerator.save_state(ckpt)

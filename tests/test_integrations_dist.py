@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from handmade_shards import write_cut_stream
+from tokembed.data.plan import rank_plan
 
 HERE = Path(__file__).resolve().parent
 TORCHRUN = Path(sys.executable).with_name("torchrun")
@@ -85,6 +86,18 @@ def test_accelerate_each_process_reads_its_rank_and_resumes_at_other_process_cou
         proc = torchrun(world, "dist_accelerate_script.py", folder, ckpt, "load", 8, out)
         assert proc.returncode == 0, f"{world} processes: {proc.stderr[-3000:]}"
         assert global_steps(records(out, "load", world), "rest") == uninterrupted, world
+    # drop_last=False: the last step is shared out, padded with the epoch's first windows; gather_for_metrics
+    # keeps the genuine ones: each window of the epoch exactly once, the global order of one process's loader.
+    proc = torchrun(2, "dist_accelerate_script.py", folder, ckpt, "metrics", 8, out)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    whole = tokembed.create_dataloader(
+        folder, batch_size=8, max_length=31, seed=2, drop_last=False, rank=0, world_size=1
+    )
+    two = rank_plan(whole.plan.windows, batch_size=4, world_size=2, drop_last=False)
+    assert two.padded_windows == 1 and two.last_batch_size == 2  # the last step: 3 windows and 1 of padding
+    epoch = [x[:, :2].tolist() for x, _ in whole]
+    for rec in records(out, "metrics", 2):
+        assert rec["gathered"] == epoch
     # accelerator.prepare(loader.as_dataloader()) would shard the ranks' batches again: refused, naming the fix.
     proc = torchrun(2, "dist_accelerate_script.py", folder, ckpt, "prepare", 8, out)
     assert proc.returncode == 0, proc.stderr[-3000:]

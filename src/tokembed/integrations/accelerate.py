@@ -46,6 +46,11 @@ class _RankBatches(torch.utils.data.IterableDataset):
     def __len__(self) -> int:
         return len(self.loader)
 
+    @property
+    def total_dataset_length(self) -> int:
+        """Windows per epoch (accelerate reads it to know the genuine windows of a shared-out last step)."""
+        return self.loader.plan.windows
+
 
 class AcceleratedLoader(DataLoaderShard):
     """accelerate's ``DataLoaderShard`` over one rank's `WindowLoader` (``loader``), not sharded again.
@@ -77,7 +82,8 @@ class AcceleratedLoader(DataLoaderShard):
 
     @property
     def total_dataset_length(self) -> int:
-        """Windows per epoch: accelerate's ``remainder`` (the genuine windows of a shared-out last step)."""
+        """Windows per epoch: with ``drop_last=False``, ``gather_for_metrics`` keeps the first ``windows % total_batch_size``
+        of the last step's gathered rows, which are the genuine ones (the rest repeat the epoch's first windows)."""
         return self.loader.plan.windows
 
     def __iter__(self) -> Iterator[Any]:
