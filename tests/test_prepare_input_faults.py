@@ -135,6 +135,27 @@ def test_a_row_group_repeating_its_longest_value_is_cut_in_bounded_memory(tmp_pa
     assert peak < 8e6, f"pyarrow held {peak / 1e6:.0f} MB for batches of at most 2 MiB of text"
 
 
+def test_one_long_dictionary_value_among_short_rows_keeps_batches_of_many_rows(tmp_path, monkeypatch):
+    """The guard against a repeated long value costs a long value that does not repeat no more than batches of
+    GUARD_ROWS rows (one row per batch made planning 10x slower)."""
+    import tokembed.shards.formats.parquet as pqf
+
+    values = ["one long document " * 180_000] + [f"short row {i} " * 4 for i in range(20_000)]  # 3 MB, then 1 MB
+    pq.write_table(pa.table({"text": values}), tmp_path / "long.parquet", row_group_size=len(values))
+    assert pqf.CUT_BATCH_BYTES // len(values[0]) < pqf.GUARD_ROWS  # the longest value alone would allow 5 rows
+    real, batches = pqf.ParquetPlan._batches, []
+
+    def counted(self, g, size, *, cut=False):
+        for b in real(self, g, size, cut=cut):
+            batches.append(len(b))
+            yield b
+
+    monkeypatch.setattr(pqf.ParquetPlan, "_batches", counted)
+    peak, planned = _planned_arrow_peak(tmp_path / "long.parquet", 1 << 20)
+    assert planned == sum(len(v.encode()) for v in values)
+    assert len(batches) <= len(values) // pqf.GUARD_ROWS + 2 and max(batches) == pqf.GUARD_ROWS
+
+
 def test_a_column_whose_values_share_bytes_is_read_not_called_damaged(tmp_path):
     """DELTA_BYTE_ARRAY (each value stored as the previous one's prefix length + a suffix) has no dictionary:
     it is read as it is (pyarrow cannot keep a dictionary for it)."""
@@ -152,6 +173,13 @@ def test_a_column_whose_values_share_bytes_is_read_not_called_damaged(tmp_path):
     assert decoded(tmp_path / "d1") == decoded(tmp_path / "d2") == [v for v in values if v is not None]
     a, b = open_shards(tmp_path / "d1"), open_shards(tmp_path / "p")
     assert a.read(0, a.n_tokens).tolist() == b.read(0, b.n_tokens).tolist()
+    # 50 MB of text in one row group of 1,000 rows that share a 50 KB prefix: 50 KB stored, read in bounded batches
+    big = ["the shared prefix " * 2800 + str(i) for i in range(1000)]
+    delta = {"text": "DELTA_BYTE_ARRAY"}
+    pq.write_table(pa.table({"text": big}), tmp_path / "big.parquet", column_encoding=delta, use_dictionary=False)
+    assert (tmp_path / "big.parquet").stat().st_size < 200_000
+    peak, planned = _planned_arrow_peak(tmp_path / "big.parquet", 1 << 20)
+    assert planned == sum(len(v) for v in big) and peak < 12e6, f"pyarrow held {peak / 1e6:.0f} MB"
 
 
 def _footer_rows(tmp_path: Path, rows: int) -> Path:
@@ -170,15 +198,16 @@ def _footer_rows(tmp_path: Path, rows: int) -> Path:
     return p
 
 
+@pytest.mark.parametrize("shard_mb", [1, 0.0001], ids=["whole-group", "cut-at-rows"])
 @pytest.mark.parametrize("workers", [1, 2])
-def test_a_footer_that_counts_other_rows_than_the_pages_hold_is_an_error(tmp_path, workers):
-    """Whoever reads the rows (the planner, in one process; a worker otherwise), the run stops with the same
-    error instead of reading the rows shifted."""
+def test_a_footer_that_counts_other_rows_than_the_pages_hold_is_an_error(tmp_path, workers, shard_mb):
+    """Whoever reads the rows (the planner, in one process or cutting a group larger than a unit; a worker
+    otherwise), the run stops with the same error instead of reading the rows shifted."""
     p = _footer_rows(tmp_path, 101)
     with pytest.raises(
         ValueError, match=r"f.parquet changed while it was being prepared \(row group 0 has 100 rows, not 101\)"
     ):
-        prepare_corpus([p], tmp_path / "out", workers=workers, shard_mb=1)
+        prepare_corpus([p], tmp_path / "out", workers=workers, shard_mb=shard_mb)
 
 
 def test_lone_surrogates_are_replaced_and_counted_or_refused(tmp_path):

@@ -232,10 +232,13 @@ def _cmd_export_shards(args) -> int:
     from tokembed.shards.export import export_shards
 
     with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+        warnings.simplefilter("always", UserWarning)
         result = export_shards(args.source, args.out, format=args.format, split=args.split, overwrite=args.overwrite)
-    for w in caught:
-        print(f"tokembed export: warning: {w.message}", file=sys.stderr)
+    for w in caught:  # tokembed's warnings as the CLI words them; any other library's as Python shows it
+        if w.category is UserWarning:
+            print(f"tokembed export: warning: {w.message}", file=sys.stderr)
+        else:
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     if args.format == "megatron":
         for split, r in result.get("splits", {"": result}).items():
             print(

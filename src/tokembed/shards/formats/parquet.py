@@ -34,8 +34,11 @@ if TYPE_CHECKING:  # pyarrow has no type information (Any to mypy); the names sa
 __all__ = ["ParquetFormat", "RowSpan", "read_rows", "row_records", "split_rows"]
 
 BATCH_BYTES = 1 << 20  # text bytes per batch when the planner reads a row group
-CUT_BATCH_BYTES = 16 << 20  # at most this much decoded text per batch of a group cut at rows, repeated values or not
-SHARED_BATCH_ROWS = 64  # rows per batch of a column whose values share bytes (DELTA_BYTE_ARRAY): sizes unknown
+# A batch of a row group read decoded holds rows whose text may be far larger than their stored bytes where a value
+# repeats (a dictionary) or shares bytes with the previous one (DELTA_BYTE_ARRAY): such a batch holds at most
+# max(GUARD_ROWS, CUT_BATCH_BYTES // the longest dictionary value) rows, GUARD_ROWS without a dictionary.
+CUT_BATCH_BYTES = 16 << 20
+GUARD_ROWS = 64
 # Encodings that store every value's bytes (plus lengths): the decoded text is never larger than the footer says.
 _STORED = {"PLAIN", "RLE", "BIT_PACKED", "DELTA_LENGTH_BYTE_ARRAY"}
 
@@ -322,7 +325,7 @@ class ParquetPlan:
                     span.data = read_rows(span, self.path)
                 yield span
             elif n:
-                yield from self._large_group(g, row, filled)
+                yield from self._large_group(g, row, n, filled)
             row += n
 
     def _text_bytes(self, g: int, keep: bool) -> tuple[int, list[Any] | None]:
@@ -337,10 +340,11 @@ class ParquetPlan:
         read, size = [], 0
         for batch in self._batches(g, stored):
             size += int(_row_lengths(batch.column(0)).sum())
+            if size > self.unit_bytes:
+                return size, None  # larger than a unit: cut at rows (read again, in bounded batches)
             if keep:
                 read.append(batch.column(0))
-        size = max(stored, size)
-        return size, read if keep and size <= self.unit_bytes else None  # (a larger group is read again, cut)
+        return max(stored, size), read if keep else None
 
     def _encoded(self, g: int) -> bool:
         """Whether row group ``g``'s text column may decode to more than its stored bytes (a dictionary, or an
@@ -355,8 +359,9 @@ class ParquetPlan:
         To size a group of at most a unit, a dictionary-encoded column comes as dictionary arrays: repeated values
         are not repeated in memory, however often they occur. A group cut at rows (``cut``) comes decoded:
         pyarrow would dictionary-encode the plain pages a writer falls back to after its dictionary page fills
-        (values hashed one by one, and kept until the group ends: about twice the group's text), so instead each
-        batch holds at most `CUT_BATCH_BYTES` of text even where every row repeats the longest dictionary value.
+        (values hashed one by one, and kept until the group ends: about twice the group's text), so instead a
+        batch holds at most `CUT_BATCH_BYTES` of text, or `GUARD_ROWS` copies of the longest dictionary value,
+        where every row repeats it (one long value among short ones costs no more than 64-row batches).
         """
         chunk = self.pf.metadata.row_group(g).column(self.col)
         rows = max(1, BATCH_BYTES // max(1, size // max(1, self.pf.metadata.row_group(g).num_rows)))
@@ -365,11 +370,11 @@ class ParquetPlan:
             if cut:  # (the dictionary page is read whole with the first row)
                 first = next(self._dictionary_reader().iter_batches(batch_size=1, row_groups=[g], columns=[self.field]))
                 longest = int(_row_lengths(first.column(0).dictionary).max(initial=0))
-                rows = max(1, min(rows, CUT_BATCH_BYTES // max(1, longest)))
+                rows = min(rows, max(GUARD_ROWS, CUT_BATCH_BYTES // max(1, longest)))
             else:
                 pf = self._dictionary_reader()
         elif not set(chunk.encodings) <= _STORED:  # values that share bytes (DELTA_BYTE_ARRAY): no bound known
-            rows = min(rows, SHARED_BATCH_ROWS)
+            rows = min(rows, GUARD_ROWS)
         return pf.iter_batches(batch_size=rows, row_groups=[g], columns=[self.field], use_threads=False)
 
     def _dictionary_reader(self) -> pq.ParquetFile:
@@ -386,17 +391,18 @@ class ParquetPlan:
             )
         return self.encoded
 
-    def _large_group(self, g: int, row: int, filled: Callable[[], int]) -> Iterator[RowSpan]:
-        """Rows of row group ``g`` in spans that end where the unit fills (read here, in batches; only the rows of
-        the span being made are decoded)."""
+    def _large_group(self, g: int, row: int, n: int, filled: Callable[[], int]) -> Iterator[RowSpan]:
+        """Rows of row group ``g`` (``n`` by the footer) in spans that end where the unit fills (read here, in
+        batches; only the rows of the span being made are decoded)."""
         import numpy as np
 
         _fixed_mmap_threshold()
         stored = self.pf.metadata.row_group(g).column(self.col).total_uncompressed_size
         held: list[Any] = []
-        held_bytes, start = 0, row
+        held_bytes, start, got = 0, row, 0
         for batch in self._batches(g, stored, cut=True):
             col = batch.column(0)
+            got += len(col)
             sizes = _row_lengths(col)  # (rows,)
             lo = 0
             while lo < len(col):
@@ -411,6 +417,7 @@ class ParquetPlan:
                 yield self._span(g, start, held)
                 start += sum(len(h) for h in held)
                 held, held_bytes, lo = [], 0, lo + i + 1
+        _check_rows(self.path, g, got, n)
         if held:
             yield self._span(g, start, held)
 
