@@ -241,8 +241,12 @@ def test_accelerate_prepare_dataloader_order_state_and_save_state(folder, tmp_pa
     for ckpt, remaining in (("at-0-3", ref[3:]), ("at-1-2", ref1[2:])):
         again = Accelerator(cpu=True)
         resumed = prepare_dataloader(again, loader())
+        assert again.prepare(resumed) is resumed  # already prepared: accelerate leaves it as it is
         again.load_state(tmp_path / ckpt)
         assert same([x for x, _ in resumed], [x for x, _ in remaining]), ckpt
+    # accelerate's other way to resume rebuilds a DataLoader that would batch the batches again: refused.
+    with pytest.raises(ValueError, match=r"skip_first_batches.*accelerator\.load_state\(dir\)"):
+        next(iter(again.skip_first_batches(resumed, 2)))
 
 
 def test_accelerate_prepare_of_the_dataloader_is_refused_naming_the_fix(folder):

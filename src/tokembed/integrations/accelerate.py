@@ -15,7 +15,9 @@ without sharding it again:
 - ``state_dict()`` is the loader's position after the batches the loop has received (accelerate fetches one
   batch ahead), and the wrapper is registered for checkpointing: ``accelerator.save_state(dir)`` writes the
   position and ``accelerator.load_state(dir)`` resumes exactly, also at another number of processes with the
-  same global batch.
+  same global batch (resume that way: accelerate's ``skip_first_batches`` would batch the batches again, and
+  is refused);
+- it counts as prepared: ``accelerator.prepare(model, optimizer, wrapper)`` returns it as it is.
 
 accelerate is imported when this module is (``pip install accelerate``).
 """
@@ -35,12 +37,24 @@ __all__ = ["AcceleratedLoader", "prepare_dataloader"]
 
 
 class _RankBatches(torch.utils.data.IterableDataset):
-    """One rank's batches, as they are (the wrapped DataLoader has ``batch_size=None``: no batching again)."""
+    """One rank's batches, as they are (the wrapped DataLoader has ``batch_size=None``: no batching again).
 
-    def __init__(self, loader: WindowLoader) -> None:
-        self.loader = loader
+    ``shown``: the one the wrapper shows as its ``dataset``. Only code that builds another DataLoader from it
+    iterates that one (accelerate's ``skip_first_batches``), and such a DataLoader would batch the batches again:
+    it raises an error that says how to resume instead.
+    """
+
+    def __init__(self, loader: WindowLoader, *, shown: bool = False) -> None:
+        self.loader, self.shown = loader, shown
 
     def __iter__(self) -> Iterator[Any]:
+        if self.shown:
+            raise ValueError(
+                "a DataLoader was built again from a tokembed AcceleratedLoader's dataset (accelerate's "
+                "skip_first_batches does that): it would batch tokembed's batches again. Resume with "
+                "accelerator.load_state(dir) (accelerator.save_state saved the loader's position) and iterate the "
+                "AcceleratedLoader itself"
+            )
         return iter(self.loader)
 
     def __len__(self) -> int:
@@ -68,7 +82,15 @@ class AcceleratedLoader(DataLoaderShard):
             batch_size=None,
         )
         self.loader = loader
+        self._shown = _RankBatches(loader, shown=True)
         self._position = loader.state_dict()
+
+    _is_accelerate_prepared = True  # accelerator.prepare(this) returns it as it is
+
+    @property
+    def dataset(self) -> _RankBatches:
+        """What accelerate reads (windows per epoch, for ``gather_for_metrics``); not iterable on its own."""
+        return self._shown
 
     @property
     def batch_size(self) -> int:
