@@ -268,8 +268,13 @@ def test_packing_errors(folder):
         tokembed.create_dataloader(root, batch_size=2, max_length=8, packing="tight")
     with pytest.raises(ValueError, match=r"stride does not apply to packed windows"):
         tokembed.create_dataloader(root, batch_size=2, max_length=8, stride=4, packing="best-fit")
+    with pytest.raises(ValueError, match=r"packed windows are not rows of the stream .*use output='pairs'"):
+        tokembed.create_dataloader(root, batch_size=2, max_length=8, packing="best-fit", output="rows")  # made: refused
+    mix = tokembed.Mixture({root: 1.0})
     with pytest.raises(ValueError, match=r"packed windows are not rows of the stream"):
-        next(iter(tokembed.create_dataloader(root, batch_size=2, max_length=8, packing="best-fit", output="rows")))
+        tokembed.create_dataloader(mix, batch_size=2, max_length=8, packing="best-fit", output="rows")
+    rows = tokembed.create_dataloader(mix, batch_size=2, max_length=8, output="rows")  # unpacked: rows of the stream
+    assert next(iter(rows)).shape == (2, 9)
     ds = PackedWindows(root, max_length=8)
     with pytest.raises(ValueError, match=r"packing='first-fit' differs from the dataset's packing='best-fit'"):
         tokembed.create_dataloader(ds, batch_size=2, packing="first-fit")

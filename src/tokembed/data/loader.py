@@ -332,6 +332,8 @@ class WindowLoader:
         rank: int | None = None,
         world_size: int | None = None,
     ) -> None:
+        if config.output == "rows" and dataset.rows_refusal:
+            raise ValueError(dataset.rows_refusal)
         self.dataset, self.config = dataset, config
         self.batch_size, self.shuffle, self.seed, self.drop_last = (
             config.batch_size,

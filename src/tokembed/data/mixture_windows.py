@@ -302,6 +302,10 @@ class MixtureWindows(SlidingWindowDataset):
         """No table: coded windows are searched per batch (`SlidingWindowDataset._window_bounds`)."""
         return None
 
+    @property
+    def rows_refusal(self) -> str | None:  # type: ignore[override]
+        return self.sources[0].rows_refusal if self.packing is not None else None
+
     def _gather_rows(self, codes: np.ndarray) -> torch.Tensor:
         if self.packing is not None:
             return self.sources[0]._gather_rows(codes)  # refuses, saying why

@@ -363,11 +363,13 @@ class PackedWindows(SlidingWindowDataset):
         targets.numpy().reshape(-1)[slots] = IGNORE_INDEX
         return inputs, targets
 
+    rows_refusal = (
+        "packed windows are not rows of the stream (their targets mark document ends with -100); "
+        "use output='pairs' or output='documents' with packing"
+    )
+
     def _gather_rows(self, k: np.ndarray) -> torch.Tensor:
-        raise ValueError(
-            "packed windows are not rows of the stream (their targets mark document ends with -100); "
-            "use output='pairs' or output='documents' with packing"
-        )
+        raise ValueError(self.rows_refusal)
 
     def _segments(self, k: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Windows ``k``'s segments ``(flat, row, counts)`` as `_select` lays them out, from a table of every

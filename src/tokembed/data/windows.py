@@ -595,6 +595,10 @@ class SlidingWindowDataset(Dataset):
         # buffers nobody holds any more).
         return _split_rows(self._rows(self._window_starts(k)), out)
 
+    # Why these windows cannot be read as rows of the stream (``output="rows"``), or None: the loader asks
+    # before its first batch.
+    rows_refusal: str | None = None
+
     def _gather_rows(self, k: np.ndarray) -> torch.Tensor:
         """Windows ``k`` as one int64 tensor (B, T+1): the inputs are ``[:, :-1]``, the targets ``[:, 1:]``."""
         return torch.from_numpy(self._rows(self._window_starts(k)).astype(np.int64))
