@@ -266,3 +266,39 @@ def test_accelerate_prepare_of_the_dataloader_is_refused_naming_the_fix(folder):
         prepare_dataloader(accelerator, other_rank)
     with pytest.raises(TypeError, match="takes a tokembed loader.*got list"):
         prepare_dataloader(accelerator, [])
+
+
+def test_accelerate_resume_mid_accumulation_on_a_process_the_saved_run_did_not_have(folder, tmp_path):
+    """accelerate restores its accumulation step from a file per process (random_states_<i>.pkl); a process the
+    saved run did not have (resumed at more processes) kept step 0 and started a new accumulation while the others
+    finished theirs: their next gradient all-reduce waited forever (review9). The loader's state carries the step."""
+    pytest.importorskip("accelerate")
+    from accelerate import Accelerator
+
+    from tokembed.integrations.accelerate import prepare_dataloader
+
+    def run():
+        accelerator = Accelerator(cpu=True, gradient_accumulation_steps=3)
+        model = accelerator.prepare(torch.nn.Linear(2, 2))
+        dl = prepare_dataloader(accelerator, tokembed.create_dataloader(folder, batch_size=4, max_length=32, seed=2))
+        return accelerator, model, dl
+
+    def steps(accelerator, model, it, n):
+        flags = []
+        for _ in range(n):
+            x, _ = next(it)
+            with accelerator.accumulate(model):
+                flags.append((x[0, 0].item(), accelerator.sync_gradients))
+        return flags
+
+    accelerator, model, dl = run()
+    it = iter(dl)
+    steps(accelerator, model, it, 4)  # the 4th of an accumulation of 3: step 4, mid-accumulation
+    accelerator.save_state(tmp_path / "mid")
+    expected = steps(accelerator, model, it, 5)
+    assert [s for _, s in expected] == [False, True, False, False, True]
+    (tmp_path / "mid" / "random_states_0.pkl").unlink()  # what a process the saved run did not have finds
+    accelerator, model, dl = run()
+    accelerator.load_state(tmp_path / "mid")
+    assert accelerator.step == 4
+    assert steps(accelerator, model, iter(dl), 5) == expected

@@ -15,8 +15,9 @@ without sharding it again:
 - ``state_dict()`` is the loader's position after the batches the loop has received (accelerate fetches one
   batch ahead), and the wrapper is registered for checkpointing: ``accelerator.save_state(dir)`` writes the
   position and ``accelerator.load_state(dir)`` resumes exactly, also at another number of processes with the
-  same global batch (resume that way: accelerate's ``skip_first_batches`` would batch the batches again, and
-  is refused);
+  same global batch, gradient accumulation included (the state carries ``accelerator.step``, which accelerate
+  restores only on processes the saved run had). Resume that way: accelerate's ``skip_first_batches`` would
+  batch the batches again, and is refused;
 - it counts as prepared: ``accelerator.prepare(model, optimizer, wrapper)`` returns it as it is.
 
 accelerate is imported when this module is (``pip install accelerate``).
@@ -73,7 +74,14 @@ class AcceleratedLoader(DataLoaderShard):
     ``set_epoch``, ``state_dict`` and ``load_state_dict`` are the loader's (see the module's notes).
     """
 
-    def __init__(self, loader: WindowLoader, *, device: torch.device | None = None, non_blocking: bool = False):
+    def __init__(
+        self,
+        loader: WindowLoader,
+        *,
+        device: torch.device | None = None,
+        non_blocking: bool = False,
+        accelerator: Accelerator | None = None,
+    ):
         super().__init__(
             _RankBatches(loader),
             device=device,
@@ -81,7 +89,7 @@ class AcceleratedLoader(DataLoaderShard):
             _non_blocking=non_blocking,
             batch_size=None,
         )
-        self.loader = loader
+        self.loader, self.accelerator = loader, accelerator
         self._shown = _RankBatches(loader, shown=True)
         self._position = loader.state_dict()
 
@@ -124,13 +132,24 @@ class AcceleratedLoader(DataLoaderShard):
         self._position = self.loader.state_dict()
 
     def state_dict(self) -> dict[str, Any]:
-        """The loader's position after the batches this iteration has yielded (plain JSON-able values)."""
-        return dict(self._position)
+        """The loader's position after the batches this iteration has yielded (plain JSON-able values), and the
+        accelerator's gradient accumulation step (``"accelerate_step"``)."""
+        state = dict(self._position)
+        if self.accelerator is not None:
+            state["accelerate_step"] = int(self.accelerator.step)
+        return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Resume: the next pass yields exactly the batches that remained (see ``WindowLoader.load_state_dict``)."""
-        self.loader.load_state_dict(state_dict)
+        """Resume: the next pass yields exactly the batches that remained (see ``WindowLoader.load_state_dict``),
+        and every process takes up gradient accumulation where the saved run was. accelerate restores its step from
+        a file per process: a process the saved run did not have would start a new accumulation while the others
+        finish theirs, and the next gradient all-reduce would wait forever."""
+        state = dict(state_dict)
+        step = state.pop("accelerate_step", None)
+        self.loader.load_state_dict(state)
         self._position = self.loader.state_dict()
+        if step is not None and self.accelerator is not None:
+            self.accelerator.step = int(step)
 
 
 def prepare_dataloader(accelerator: Accelerator, loader: WindowLoader | WindowDataLoader) -> AcceleratedLoader:
@@ -158,6 +177,6 @@ def prepare_dataloader(accelerator: Accelerator, loader: WindowLoader | WindowDa
             "rank=accelerator.process_index, world_size=accelerator.num_processes"
         )
     device = accelerator.device if accelerator.device_placement else None
-    wrapped = AcceleratedLoader(loader, device=device, non_blocking=accelerator.non_blocking)
+    wrapped = AcceleratedLoader(loader, device=device, non_blocking=accelerator.non_blocking, accelerator=accelerator)
     accelerator.register_for_checkpointing(wrapped)
     return wrapped
