@@ -80,6 +80,15 @@ def write_cut_stream(
     return stream, starts
 
 
+def small_corpus(root: Path) -> Path:
+    """120 documents of 3-79 random ids (seed 9) as one stream cut into 3 shards at tokens 1,500 and 3,000, inside
+    documents too: the trainer integrations' folder (one process and several). Returns ``root``."""
+    rng = np.random.default_rng(9)
+    docs = [rng.integers(0, 50000, n).tolist() for n in rng.integers(3, 80, 120)]
+    write_cut_stream(root, docs, cuts=[1500, 3000])
+    return Path(root)
+
+
 def write_shards(root: Path, shards: list[list[np.ndarray]], *, split: str = "train", eot: int = EOT) -> np.ndarray:
     """Write ``shards`` (per shard, a list of documents without their separator) to ``root``.
 

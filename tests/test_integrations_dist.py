@@ -10,10 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from handmade_shards import write_cut_stream
+from handmade_shards import small_corpus
 from tokembed.data.plan import rank_plan
 
 HERE = Path(__file__).resolve().parent
@@ -22,10 +21,7 @@ TORCHRUN = Path(sys.executable).with_name("torchrun")
 
 @pytest.fixture
 def folder(tmp_path):
-    rng = np.random.default_rng(9)
-    docs = [rng.integers(0, 50000, n).tolist() for n in rng.integers(3, 80, 120)]
-    write_cut_stream(tmp_path / "shards", docs, cuts=[1500, 3000])
-    return tmp_path / "shards"
+    return small_corpus(tmp_path / "shards")
 
 
 def torchrun(n: int, script: str, *args) -> subprocess.CompletedProcess:

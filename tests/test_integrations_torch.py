@@ -8,21 +8,17 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 import torch
 from torch.utils.data import DataLoader
 
 import tokembed
-from handmade_shards import write_cut_stream
+from handmade_shards import small_corpus
 
 
 @pytest.fixture
 def folder(tmp_path):
-    rng = np.random.default_rng(9)
-    docs = [rng.integers(0, 50000, n).tolist() for n in rng.integers(3, 80, 120)]
-    write_cut_stream(tmp_path / "shards", docs, cuts=[1500, 3000])
-    return tmp_path / "shards"
+    return small_corpus(tmp_path / "shards")
 
 
 def same(a, b) -> bool:
