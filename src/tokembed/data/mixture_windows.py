@@ -306,11 +306,6 @@ class MixtureWindows(SlidingWindowDataset):
     def rows_refusal(self) -> str | None:  # type: ignore[override]
         return self.sources[0].rows_refusal if self.packing is not None else None
 
-    def _gather_rows(self, codes: np.ndarray) -> torch.Tensor:
-        if self.packing is not None:
-            return self.sources[0]._gather_rows(codes)  # refuses, saying why
-        return super()._gather_rows(codes)
-
     def document_starts(self) -> np.ndarray:
         """Every source's document starts, in the sources' streams end to end: sorted int64 (D,)."""
         pid, starts = self.__dict__.get("_doc_index", (None, None))

@@ -368,9 +368,6 @@ class PackedWindows(SlidingWindowDataset):
         "use output='pairs' or output='documents' with packing"
     )
 
-    def _gather_rows(self, k: np.ndarray) -> torch.Tensor:
-        raise ValueError(self.rows_refusal)
-
     def _segments(self, k: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Windows ``k``'s segments ``(flat, row, counts)`` as `_select` lays them out, from a table of every
         window's segment starts made once per process (`_select` of them all, a block at a time; it keeps one

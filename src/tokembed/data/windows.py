@@ -601,6 +601,8 @@ class SlidingWindowDataset(Dataset):
 
     def _gather_rows(self, k: np.ndarray) -> torch.Tensor:
         """Windows ``k`` as one int64 tensor (B, T+1): the inputs are ``[:, :-1]``, the targets ``[:, 1:]``."""
+        if self.rows_refusal:
+            raise ValueError(self.rows_refusal)
         return torch.from_numpy(self._rows(self._window_starts(k)).astype(np.int64))
 
     def _gather_documents(self, k: np.ndarray, *, max_documents: int | None = None) -> DocumentBatch:
