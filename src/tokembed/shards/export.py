@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import pickle
+import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -195,8 +196,6 @@ def export_nanogpt(
         raise
     for name, f in files.items():
         if f["tokens"] <= NANOGPT_BLOCK_SIZE:
-            import warnings
-
             warnings.warn(
                 f"{name}.bin holds {f['tokens']:,} tokens: nanoGPT's train.py draws windows of block_size + 1 tokens "
                 f"({NANOGPT_BLOCK_SIZE + 1:,} by default) and fails on a split of at most block_size; pass "

@@ -6,11 +6,11 @@ times is stored once), so the planner also reads the column's value lengths once
 plain-encoded column is never larger decoded than encoded, so its footer is enough. A row group of at most one
 unit (``--shard-mb``, by the larger of the two sizes) becomes one span that the worker reads itself (that one
 column), so memory is bounded by the shard size; where the worker runs in the planner's process, or spans carry
-their bytes (Ray), the span takes the rows the planner decoded to size it instead: nothing is read twice. A larger row group (pyarrow writes up to 1Mi rows into one by
-default, so a 1 GB file may be a single row group) is read by the planner in batches of about 1 MiB of text and
-cut at rows into spans that carry their values, as a gzip file's spans carry their bytes. Units end at a row
-group's end, or inside a large row group at the row that fills them: the cuts depend only on the file and
-``--shard-mb``.
+their bytes (Ray), the span takes the rows the planner decoded to size it instead: nothing is read twice. A
+larger row group (pyarrow writes up to 1Mi rows into one by default, so a 1 GB file may be a single row group) is
+read by the planner in batches of about 1 MiB of text (`ParquetPlan._batches` bounds them) and cut at rows into
+spans that carry their values, as a gzip file's spans carry their bytes. Units end at a row group's end, or inside
+a large row group at the row that fills them: the cuts depend only on the file and ``--shard-mb``.
 
 A span's bytes (hashed for resume, carried to Ray workers, parsed by `row_records`) are its rows packed as
 ``int64 length per row (-1 for null), then the values' bytes``, so every engine sees the same bytes. The file is
@@ -368,12 +368,13 @@ class ParquetPlan:
         pf = self.pf
         if chunk.has_dictionary_page:
             if cut:  # (the dictionary page is read whole with the first row)
-                first = next(self._dictionary_reader().iter_batches(batch_size=1, row_groups=[g], columns=[self.field]))
+                reader = self._dictionary_reader()
+                first = next(reader.iter_batches(batch_size=1, row_groups=[g], columns=[self.field], use_threads=False))
                 longest = int(_row_lengths(first.column(0).dictionary).max(initial=0))
                 rows = min(rows, max(GUARD_ROWS, CUT_BATCH_BYTES // max(1, longest)))
             else:
                 pf = self._dictionary_reader()
-        elif not set(chunk.encodings) <= _STORED:  # values that share bytes (DELTA_BYTE_ARRAY): no bound known
+        elif self._encoded(g):  # values that share bytes (DELTA_BYTE_ARRAY): no bound known
             rows = min(rows, GUARD_ROWS)
         return pf.iter_batches(batch_size=rows, row_groups=[g], columns=[self.field], use_threads=False)
 
