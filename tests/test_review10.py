@@ -1,0 +1,51 @@
+"""review10: packing that does not cut documents, against definitions written here.
+
+Each test was a bug found by the adversarial review of packing (issue 22 item 2): the packed windows, the
+loader's options over them, mixtures, `tokembed stats` and their errors.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tokembed
+from tokembed.cli import main
+from tokembed.data.packed import PackedWindows
+from tokembed.data.stats import shard_stats
+from tokembed.shards.prepare import prepare_corpus
+
+
+@pytest.fixture
+def prepared(tmp_path):
+    """A folder `tokembed prepare` made with its defaults: three documents in train, an empty val split."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(3):
+        (src / f"d{i}.txt").write_text(f"document number {i} with a few words in it", encoding="utf-8")
+    prepare_corpus([src], tmp_path / "out", workers=1)
+    return tmp_path / "out"
+
+
+def test_stats_with_packing_reports_an_empty_split_as_empty(prepared, capsys):
+    """Was: ``tokembed stats DIR --packing best-fit`` failed on every folder prepared with the default
+    ``--val-fraction 0`` ("packing needs a stream of at least one token ..."), the train split's report lost."""
+    stats = shard_stats(prepared, max_length=8, packing="best-fit")
+    train, val = stats["splits"]["train"]["packing"], stats["splits"]["val"]["packing"]
+    assert train["tokens"] == stats["splits"]["train"]["tokens"] and train["windows"] >= 1
+    assert val == {**val, "documents": 0, "tokens": 0, "windows": 0, "pieces": 0, "padding_tokens": 0}
+    assert val["padding_share"] == 0.0
+    assert main(["stats", str(prepared), "--max-length", "8", "--packing", "best-fit"]) == 0
+    out = capsys.readouterr().out
+    assert "train packed (best-fit)" in out and "val packed (best-fit): 0 windows" in out
+
+
+def test_packing_an_empty_split_names_the_split_and_the_fix(prepared):
+    """Was: "packing needs a stream of at least one token whose first document starts at 0, got 0 tokens and 0
+    document starts": neither the split nor what to do."""
+    with pytest.raises(ValueError, match=r"split 'val' of shard folder .*out has 0 tokens.*use another split"):
+        PackedWindows(prepared, max_length=8, split="val")
+    with pytest.raises(ValueError, match=r"split 'val' .* has 0 tokens"):
+        tokembed.create_dataloader(prepared, batch_size=1, max_length=8, split="val", packing="best-fit")
+    with pytest.raises(ValueError, match=r"has 0 tokens, so packing gives no window"):
+        PackedWindows(np.zeros(0, dtype=np.int64), max_length=8)
