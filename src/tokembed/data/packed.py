@@ -106,6 +106,11 @@ class PackedWindows(SlidingWindowDataset):
         super().__init__(source, max_length=max_length, **options)
 
     def _plan_windows(self) -> None:
+        if self.n_tokens < 1:
+            raise ValueError(
+                f"{self._describe()} has 0 tokens, so packing gives no window; use another split or source "
+                "(`tokembed stats DIR` counts each split's tokens)"
+            )
         if self._shards is not None:  # a folder's plan is cached, known by its tokens' and indexes' sha256
             index = [(s.n_documents, getattr(s, "index_sha256", None)) for s in self._shards.shards]
             self._data_key = json.dumps([self.fingerprint(), index])
