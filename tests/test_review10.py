@@ -49,3 +49,16 @@ def test_packing_an_empty_split_names_the_split_and_the_fix(prepared):
         tokembed.create_dataloader(prepared, batch_size=1, max_length=8, split="val", packing="best-fit")
     with pytest.raises(ValueError, match=r"has 0 tokens, so packing gives no window"):
         PackedWindows(np.zeros(0, dtype=np.int64), max_length=8)
+
+
+def test_too_few_packed_windows_for_a_batch_suggests_what_packing_takes(prepared):
+    """Was: "... use a smaller batch_size, a smaller stride or drop_last=False", but packing refuses a stride
+    ("stride does not apply to packed windows"): the fix named was one the user cannot apply."""
+    n = len(PackedWindows(prepared, max_length=8))
+    for source in (prepared, tokembed.Mixture({prepared: 1.0})):
+        with pytest.raises(ValueError, match=rf"gives {n} windows, fewer than batch_size=64") as e:
+            tokembed.create_dataloader(source, batch_size=64, max_length=8, packing="best-fit")
+        assert "stride" not in str(e.value) and "a smaller max_length" in str(e.value)
+        tokembed.create_dataloader(source, batch_size=64, max_length=8, packing="best-fit", drop_last=False)
+    with pytest.raises(ValueError, match=r"a smaller batch_size, a smaller stride or drop_last=False"):
+        tokembed.create_dataloader(prepared, batch_size=64, max_length=8)  # sliding windows: a stride helps
