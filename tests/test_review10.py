@@ -53,12 +53,19 @@ def test_packing_an_empty_split_names_the_split_and_the_fix(prepared):
 
 def test_too_few_packed_windows_for_a_batch_suggests_what_packing_takes(prepared):
     """Was: "... use a smaller batch_size, a smaller stride or drop_last=False", but packing refuses a stride
-    ("stride does not apply to packed windows"): the fix named was one the user cannot apply."""
+    ("stride does not apply to packed windows"): the fix named was one the user cannot apply. And a mixture, whose
+    epoch is whole steps whatever drop_last says, was told "drop_last=True drops that incomplete step" when given
+    drop_last=False, and to use drop_last=False."""
     n = len(PackedWindows(prepared, max_length=8))
-    for source in (prepared, tokembed.Mixture({prepared: 1.0})):
+    with pytest.raises(ValueError, match=rf"gives {n} windows, fewer than batch_size=64") as e:
+        tokembed.create_dataloader(prepared, batch_size=64, max_length=8, packing="best-fit")
+    assert "stride" not in str(e.value) and "a smaller max_length or drop_last=False" in str(e.value)
+    assert len(tokembed.create_dataloader(prepared, batch_size=64, max_length=8, packing="best-fit", drop_last=False))
+    mix = tokembed.Mixture({prepared: 1.0})
+    for drop_last in (True, False):
         with pytest.raises(ValueError, match=rf"gives {n} windows, fewer than batch_size=64") as e:
-            tokembed.create_dataloader(source, batch_size=64, max_length=8, packing="best-fit")
-        assert "stride" not in str(e.value) and "a smaller max_length" in str(e.value)
-        tokembed.create_dataloader(source, batch_size=64, max_length=8, packing="best-fit", drop_last=False)
+            tokembed.create_dataloader(mix, batch_size=64, max_length=8, packing="best-fit", drop_last=drop_last)
+        assert "stride" not in str(e.value) and "drop_last" not in str(e.value), e.value
+        assert "a mixture's epoch is whole steps" in str(e.value) and "a smaller max_length" in str(e.value)
     with pytest.raises(ValueError, match=r"a smaller batch_size, a smaller stride or drop_last=False"):
         tokembed.create_dataloader(prepared, batch_size=64, max_length=8)  # sliding windows: a stride helps
