@@ -69,3 +69,36 @@ def test_too_few_packed_windows_for_a_batch_suggests_what_packing_takes(prepared
         assert "a mixture's epoch is whole steps" in str(e.value) and "a smaller max_length" in str(e.value)
     with pytest.raises(ValueError, match=r"a smaller batch_size, a smaller stride or drop_last=False"):
         tokembed.create_dataloader(prepared, batch_size=64, max_length=8)  # sliding windows: a stride helps
+
+
+def test_mixture_stats_with_packing_count_packed_windows(tmp_path, capsys):
+    """Was: ``tokembed stats --source A:W --source B:W --packing best-fit`` ignored --packing: each source's
+    windows, epochs and run-out steps were those of sliding windows, not of the packed windows a packed run reads
+    (here a source of short documents packs into twice the windows it slides into)."""
+    import json
+
+    from handmade_shards import write_cut_stream
+    from tokembed.data.stats import mixture_stats
+
+    rng = np.random.default_rng(0)
+    a, b = tmp_path / "a", tmp_path / "b"
+    write_cut_stream(a, [list(range(n)) for n in rng.integers(1, 5, 60).tolist()], cuts=[50])  # short documents
+    write_cut_stream(b, [list(range(n)) for n in rng.integers(5, 30, 30).tolist()], cuts=[100])
+    packed = [len(PackedWindows(p, max_length=8)) for p in (a, b)]
+    sliding = [len(tokembed.SlidingWindowDataset(p, max_length=8)) for p in (a, b)]
+    assert packed != sliding
+    mix = tokembed.Mixture({a: 0.5, b: 0.5})
+    st = mixture_stats(mix, steps=40, global_batch_size=4, max_length=8, packing="best-fit")
+    assert [s["windows"] for s in st["sources"]] == packed
+    read = [s["windows_read"] for s in st["sources"]]
+    assert [s["epochs"] for s in st["sources"]] == [r / n for r, n in zip(read, packed)]
+    assert [s["epochs_completed"] for s in st["sources"]] == [r // n for r, n in zip(read, packed)]
+    # The steps of a nominal epoch are the packed loader's.
+    loader = tokembed.create_dataloader(mix, batch_size=4, max_length=8, packing="best-fit")
+    default = mixture_stats(mix, global_batch_size=4, max_length=8, packing="best-fit")
+    assert default["steps"] == len(loader)
+    sources = ["--source", f"{a}:0.5", "--source", f"{b}:0.5"]
+    assert main(["stats", *sources, "--max-length", "8", "--batch-size", "4", "--packing", "best-fit", "--json"]) == 0
+    assert [s["windows"] for s in json.loads(capsys.readouterr().out)["sources"]] == packed
+    with pytest.raises(ValueError, match=r"stride=4 does not apply to packed windows"):
+        mixture_stats(mix, max_length=8, stride=4, packing="best-fit")
