@@ -102,3 +102,45 @@ def test_mixture_stats_with_packing_count_packed_windows(tmp_path, capsys):
     assert [s["windows"] for s in json.loads(capsys.readouterr().out)["sources"]] == packed
     with pytest.raises(ValueError, match=r"stride=4 does not apply to packed windows"):
         mixture_stats(mix, max_length=8, stride=4, packing="best-fit")
+
+
+_KILLED_WRITE = """
+import os, signal, sys
+from tokembed.data.packed import PackedWindows
+fill, calls = PackedWindows._fill, []
+def killing_fill(self, *args):  # the second chunk of rows: the first is in the temporary file
+    fill(self, *args)
+    calls.append(1)
+    if len(calls) == 2:
+        os.kill(os.getpid(), signal.SIGKILL)
+PackedWindows._fill = killing_fill
+PackedWindows(sys.argv[1], max_length=8, materialize=True)
+"""
+
+
+@pytest.mark.slow  # a Python process killed with SIGKILL while it writes the packed rows
+def test_a_materialization_killed_midway_leaves_no_temporary_file_behind(tmp_path, monkeypatch):
+    """Was: the rerun wrote the rows again (right), but the killed writer's ``.<stem>.rows-uint16.tmp-*`` stayed in
+    the cache for ever: up to the split's size again at every crash (a preempted first epoch), unseen by the
+    free-space check."""
+    import subprocess
+    import sys
+
+    import torch
+
+    from handmade_shards import write_cut_stream
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("TOKEMBED_CACHE_DIR", str(cache))
+    rng = np.random.default_rng(0)
+    root = tmp_path / "folder"
+    write_cut_stream(root, [list(range(n)) for n in rng.integers(1, 7, 80_000).tolist()], cuts=[100_000])
+    killed = subprocess.run([sys.executable, "-c", _KILLED_WRITE, str(root)])
+    assert killed.returncode == -9
+    assert [p for p in (cache / "packing").iterdir() if ".tmp-" in p.name], "the killed write left its temporary file"
+    again = PackedWindows(root, max_length=8, materialize=True)
+    left = sorted(p.name for p in (cache / "packing").iterdir() if p.name.startswith("."))
+    assert left == [], left
+    k = np.arange(len(again))
+    gathered = PackedWindows(root, max_length=8, materialize=False).gather(k)
+    assert all(torch.equal(a, b) for a, b in zip(again.gather(k), gathered, strict=True))
