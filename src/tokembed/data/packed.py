@@ -8,8 +8,10 @@ tokens of the same document; a document's last token and the padding predict not
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
+import glob
 import json
 import logging
 import os
@@ -289,9 +291,11 @@ class PackedWindows(SlidingWindowDataset):
         if ignore is None:
             # The ranks and workers of a machine open the dataset together: one writes the rows, the others wait
             # for it, then read them (nor do they each take the disk's room for a copy of their own).
-            with waiting_lock(Path(f"{stem}.lock")):
+            with waiting_lock(Path(f"{stem}.lock")) as held:
                 ignore = stored_ignore()
                 if ignore is None:
+                    if held:  # no one else writes them now: a temporary file beside them is a killed writer's
+                        _remove_leftovers(rows_path, ignore_path)
                     self._check_room(rows_path, size)
                     _log.info(
                         "packed windows materialized once into %s (%s bytes; materialize=False gathers them)",
@@ -448,6 +452,15 @@ class _Selection:
     def segments(self, t: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(flat, row, counts)``, as `tokembed.data.batch.DocumentLayout` takes them."""
         return self.flat, self.flat // t, self.counts
+
+
+def _remove_leftovers(*paths: Path) -> None:
+    """Remove the temporary files that writers of ``paths`` killed midway left (`tokembed._atomic.atomic_open`'s
+    ``.NAME.tmp-*``): each is up to the split's size, and nothing else would ever remove it."""
+    for path in paths:
+        for tmp in path.parent.glob(f".{glob.escape(path.name)}.tmp-*"):
+            with contextlib.suppress(OSError):
+                tmp.unlink()
 
 
 def _has_size(path: Path, size: int) -> bool:
