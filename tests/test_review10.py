@@ -144,3 +144,16 @@ def test_a_materialization_killed_midway_leaves_no_temporary_file_behind(tmp_pat
     k = np.arange(len(again))
     gathered = PackedWindows(root, max_length=8, materialize=False).gather(k)
     assert all(torch.equal(a, b) for a, b in zip(again.gather(k), gathered, strict=True))
+
+
+def test_best_fit_is_not_below_first_fit_on_every_input_as_the_readme_says():
+    """The README said "padding no worse than first-fit" without a condition; best-fit decreasing is not (first-fit
+    in a lucky order can be optimal while sorting breaks the pairs). The README's example, checked here by hand:
+    windows of 10 slots, documents of 4, 3, 3, 4, 3, 3 tokens."""
+    from tokembed.data.packing import plan_packing
+
+    lengths = [4, 3, 3, 4, 3, 3]
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    # first-fit in this order: {4, 3, 3}, {4, 3, 3}; sorted (4, 4, 3, 3, 3, 3), best-fit: {4, 4}, {3, 3, 3}, {3}
+    assert plan_packing(starts, 20, max_length=10, packer="first-fit").n_windows == 2
+    assert plan_packing(starts, 20, max_length=10, packer="best-fit").n_windows == 3
