@@ -48,7 +48,7 @@ def test_packed_remote_windows_read_rows_through_the_cache_not_whole_shards(corp
     shards = ds._shards
     k = np.arange(len(ds))
     (entry,) = ds.block_reads(k)
-    announced = set(zip(entry[0].tolist(), entry[3].tolist(), entry[4].tolist()))  # (window, shard, block)
+    announced = set(zip(entry[1].tolist(), entry[3].tolist(), entry[4].tolist()))  # (window, shard, block)
     p = ds.plan
     for w in k.tolist():
         for i in range(p.window_first[w], p.window_first[w + 1]):

@@ -20,7 +20,7 @@ import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -31,7 +31,7 @@ from tokembed._lock import waiting_lock
 from tokembed.data.batch import IGNORE_INDEX, DocumentBatch, DocumentLayout
 from tokembed.data.packing import PackingPlan, cached_plan, check_packer, plan_key, plan_packing
 from tokembed.data.windows import SlidingWindowDataset, WindowSource, _split_rows
-from tokembed.shards.reader import ShardSet
+from tokembed.shards.reader import RemoteShardSet, ShardSet
 from tokembed.storage.options import remote_options
 
 __all__ = ["AUTO_MATERIALIZE_TOKENS", "PackedWindows"]
@@ -241,6 +241,8 @@ class PackedWindows(SlidingWindowDataset):
         row index per shard); a span too near its shard's end for a row (a document that goes on into the
         next shard, or the shard's last tokens) is read on its own.
         """
+        if self.streamed:
+            return self._read_remote_spans(starts, lengths)
         views, w = self._views(), self.max_length + 1
         seg = np.searchsorted(self._cum, starts, side="right") - 1  # (P,) the shard of each span's start
         local = starts - self._cum[seg]
@@ -255,6 +257,32 @@ class PackedWindows(SlidingWindowDataset):
             a = int(starts[j])
             rows[j, : lengths[j]] = cast(ShardSet, self._shards).read(a, a + int(lengths[j]))
         return rows.reshape(-1), np.arange(len(starts), dtype=np.int64) * w
+
+    def _read_remote_spans(self, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """`_read_spans` of a remote folder: rows of ``max_length + 1`` tokens through the block cache (the batch's
+        blocks pinned, as sliding windows are read: never a whole shard in memory), the few spans too near the
+        split's end for a row read on their own."""
+        shards, w = cast(RemoteShardSet, self._shards), self.max_length + 1
+        rows = np.empty((len(starts), w), dtype=self.dtype)
+        fits = starts + w <= self.n_tokens
+        rows[fits] = shards.rows(starts[fits], w)
+        for j in np.flatnonzero(~fits).tolist():
+            a = int(starts[j])
+            rows[j, : lengths[j]] = shards.read(a, a + int(lengths[j]))
+        return rows.reshape(-1), np.arange(len(starts), dtype=np.int64) * w
+
+    def block_reads(self, k: np.ndarray) -> list[tuple[Any, np.ndarray, list[str], np.ndarray, np.ndarray]]:
+        """The blocks of a remote folder that packed windows ``k`` read: each piece's row of ``max_length + 1``
+        tokens, as `_read_remote_spans` reads them (see `SlidingWindowDataset.block_reads`); empty for local data."""
+        if not self.streamed:
+            return []
+        shards, p = cast(RemoteShardSet, self._shards), self.plan
+        k = np.asarray(k, dtype=np.int64).ravel()
+        first = p.window_first[k]
+        count = p.window_first[k + 1] - first  # (R,) pieces per window
+        piece = (first - (count.cumsum() - count)).repeat(count) + np.arange(int(count.sum()))  # (P,)
+        rows, keys, shard, block = shards.block_reads(p.piece_start[piece], self.max_length + 1)
+        return [(shards, np.arange(len(k)).repeat(count)[rows], keys, shard, block)]
 
     def _gather(
         self, k: np.ndarray, out: tuple[np.ndarray, np.ndarray] | None = None
