@@ -33,3 +33,6 @@ def test_position_ids_of_any_integer_dtype_give_the_int64_logits(positional, dty
         want = m(ids, position_ids=pos)
         got = m(ids, position_ids=pos.to(dtype))
     torch.testing.assert_close(got, want, rtol=0, atol=0)
+    if dtype is torch.int32:  # once: a complex tensor is no more an integer one than a float tensor is
+        with pytest.raises(TypeError, match=r"position_ids must be an integer tensor, got torch.complex64"):
+            m(ids, position_ids=pos.to(torch.complex64))
