@@ -3,12 +3,19 @@ written from the definition."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
+import torch.nn.functional as F
 
+import tokembed
+from conftest import STORY
 from tokembed.embeddings.names import scheme_names
 from tokembed.model.config import GPTConfig
 from tokembed.model.gpt import GPT
+from tokembed.training.data import load_training_data
+from tokembed.training.loop import train
 
 V, EOT = 97, 96
 
@@ -36,3 +43,45 @@ def test_position_ids_of_any_integer_dtype_give_the_int64_logits(positional, dty
     if dtype is torch.int32:  # once: a complex tensor is no more an integer one than a float tensor is
         with pytest.raises(TypeError, match=r"position_ids must be an integer tensor, got torch.complex64"):
             m(ids, position_ids=pos.to(torch.complex64))
+
+
+def each_document_alone_loss(model: GPT, tokens: torch.Tensor, *, length: int, windows: int, eot: int) -> float:
+    """The definition of a model that keeps documents apart, scored on the first non-overlapping windows of
+    ``tokens``: every piece of a window between separators (a separator ends its piece) run alone, its tokens
+    predicting the next ones."""
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for w in range(windows):
+            x, y = tokens[w * length : (w + 1) * length], tokens[w * length + 1 : (w + 1) * length + 1]
+            at = 0
+            ends = [i + 1 for i in range(length) if x[i] == eot] + [length]
+            for end in ends:
+                if end > at:
+                    logits = model(x[at:end][None])[0]  # (n,V): the piece alone, positions from 0
+                    total += F.cross_entropy(logits.double(), y[at:end], reduction="sum").item()
+                    count += end - at
+                    at = end
+    return total / count
+
+
+def test_a_packed_run_validates_and_saves_the_model_it_trains(tmp_path):
+    # Packing trains a model that keeps documents apart (attention within each, positions restarting at each).
+    # Its validation loss must score that model, and its checkpoint must be that model (eval, generate), not
+    # one that reads across documents with positions running on.
+    sentences = [p for p in STORY.read_text(encoding="utf-8").split(". ") if p.strip()]
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"text": p}) + "\n" for p in sentences))
+    folder = tmp_path / "shards"
+    tokembed.prepare_corpus([corpus], folder, val_fraction=0.1, workers=1, progress=False)
+    config = dict(
+        data=str(folder), out=str(tmp_path / "run"), max_length=32, batch_size=4, max_steps=6, eval_interval=6, lr=1e-2,
+        eval_batches=2, checkpoint_interval=6, warmup_steps=1, packing="best-fit",
+    )  # fmt: skip
+    result = train(config, dict(dim=16, n_layers=1, n_heads=2, positional="rope"), progress=False)
+    model, _ = tokembed.load_checkpoint(tmp_path / "run")
+    val = torch.as_tensor(load_training_data(str(folder), length=32).validation[0].tokens)
+    eot = model.config.eot_token
+    assert int((val[: 8 * 32] == eot).sum()) >= 2, "the validation windows hold several documents"
+    want = each_document_alone_loss(model, val, length=32, windows=8, eot=eot)  # eval_batches x batch_size
+    assert result.log["val"][-1]["loss"] == pytest.approx(want, rel=2e-6)
+    assert model.config.document_mask  # eval and generate read the checkpoint as it was trained
