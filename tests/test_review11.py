@@ -3,6 +3,7 @@ written from the definition."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -85,3 +86,22 @@ def test_a_packed_run_validates_and_saves_the_model_it_trains(tmp_path):
     want = each_document_alone_loss(model, val, length=32, windows=8, eot=eot)  # eval_batches x batch_size
     assert result.log["val"][-1]["loss"] == pytest.approx(want, rel=2e-6)
     assert model.config.document_mask  # eval and generate read the checkpoint as it was trained
+
+
+def test_a_packed_run_resumes_with_the_model_options_it_started_with(tmp_path):
+    # Job scripts pass the same GPTConfig at every (re)start: packing turning document_mask on must not make
+    # the resume refuse it as "another model".
+    sentences = [p for p in STORY.read_text(encoding="utf-8").split(". ") if p.strip()]
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"text": p}) + "\n" for p in sentences))
+    folder = tmp_path / "shards"
+    tokembed.prepare_corpus([corpus], folder, val_fraction=0.1, workers=1, progress=False)
+    model = GPTConfig(context_length=32, dim=16, n_layers=1, n_heads=2)  # document_mask=False, the default
+    config = dict(
+        data=str(folder), out=str(tmp_path / "run"), max_length=32, batch_size=4, max_steps=3, eval_interval=3,
+        eval_batches=1, checkpoint_interval=3, warmup_steps=1, packing="best-fit",
+    )  # fmt: skip
+    train(config, model, progress=False, stop_at=2)
+    assert train(config, model, progress=False, resume=True).step == 3
+    with pytest.raises(ValueError, match=r"another model \(dim: 16 -> 32\)"):
+        train(config, dataclasses.replace(model, dim=32), progress=False, resume=True)
