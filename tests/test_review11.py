@@ -105,3 +105,17 @@ def test_a_packed_run_resumes_with_the_model_options_it_started_with(tmp_path):
     assert train(config, model, progress=False, resume=True).step == 3
     with pytest.raises(ValueError, match=r"another model \(dim: 16 -> 32\)"):
         train(config, dataclasses.replace(model, dim=32), progress=False, resume=True)
+
+
+@pytest.mark.parametrize("positional", ["learned", "rope", "alibi", "t5", "shaw"])
+def test_document_ids_that_come_back_to_an_earlier_id_start_a_new_document(positional):
+    # Positions restart wherever the id changes; the mask must keep the same pieces apart. Ids [0 0 0 1 1 0 0 0]
+    # (an id used again, e.g. 0 for padding at both ends) were three pieces for the positions but one document
+    # for the mask: the last piece attended to the first with positions restarted. Reference: each piece alone.
+    m = model(positional)
+    ids = torch.randint(0, EOT, (1, 8), generator=torch.Generator().manual_seed(2))
+    doc = torch.tensor([[0, 0, 0, 1, 1, 0, 0, 0]])
+    with torch.no_grad():
+        got = m(ids, document_ids=doc)[0]
+        for lo, hi in ((0, 3), (3, 5), (5, 8)):
+            torch.testing.assert_close(got[lo:hi], m(ids[:, lo:hi])[0], rtol=1e-5, atol=1e-5)
