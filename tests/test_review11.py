@@ -139,7 +139,7 @@ def test_a_document_batch_built_by_hand_names_what_disagrees():
         (dict(cu_seqlens=torch.tensor([0, 4, 2, 8])), r"cu_seqlens must not decrease, got \[0, 4, 2, 8\]"),
         (dict(max_seqlen=3), r"max_seqlen must be the longest segment, 4 \(cu_seqlens' largest step\), got 3"),
         (dict(doc_lens=lens[:1]), r"doc_lens must have one row per row of inputs \(2\), got shape \(1, 2\)"),
-        (dict(doc_lens=torch.tensor([[2, 1], [4, 0]])), r"each row of doc_lens must add up to T = 4, got \[3, 4\]"),
+        (dict(doc_lens=torch.tensor([[2, 1], [4, 0]])), r"each row of doc_lens must add up to T = 4 .*, got \[3, 4\]"),
     ]
     for change, message in cases:
         with pytest.raises(ValueError if "integer" not in message else TypeError, match=message):
