@@ -43,7 +43,9 @@ class DocumentBatch:
     (torchtitan and Hugging Face ``position_ids``, flash-attention's varlen ``cu_seqlens``, OLMo-core
     ``doc_lens``), and the ``position_ids`` pass is most of what the metadata costs. Reading, ``==``, ``repr``,
     ``to``, ``pin_memory``, pickling (DataLoader workers) and `dataclasses.fields`/``replace``/``asdict`` see
-    every field as usual; ``vars(batch)`` shows only the fields read so far (use `dataclasses.fields`).
+    every field as usual; ``vars(batch)`` shows only the fields read so far (use `dataclasses.fields`). A batch built
+    by hand (``DocumentBatch(...)``, ``dataclasses.replace``) has its fields checked against ``inputs``: the error
+    names the one that disagrees.
 
     Attributes:
         inputs: (B, T) int64 token ids.
