@@ -119,3 +119,28 @@ def test_document_ids_that_come_back_to_an_earlier_id_start_a_new_document(posit
         got = m(ids, document_ids=doc)[0]
         for lo, hi in ((0, 3), (3, 5), (5, 8)):
             torch.testing.assert_close(got[lo:hi], m(ids[:, lo:hi])[0], rtol=1e-5, atol=1e-5)
+
+
+def test_a_document_batch_built_by_hand_names_what_disagrees():
+    # A user's own packer can build the batch the model and varlen kernels read; fields that disagree with the
+    # (B, T) tokens used to pass silently (cu_seqlens short of B*T, position_ids of another shape).
+    from tokembed.data.batch import DocumentBatch
+
+    x = torch.zeros(2, 4, dtype=torch.long)
+    pos = torch.tensor([[0, 1, 0, 1], [0, 1, 2, 3]], dtype=torch.int32)
+    cu, lens = torch.tensor([0, 2, 4, 8], dtype=torch.int32), torch.tensor([[2, 2], [4, 0]], dtype=torch.int32)
+    good = DocumentBatch(x, x, pos, cu, 4, lens)
+    assert good.document_ids().tolist() == [[0, 0, 1, 1], [0, 0, 0, 0]]
+    cases = [
+        (dict(targets=x[:, :3]), r"targets must have the shape of inputs \(2, 4\), got \(2, 3\)"),
+        (dict(position_ids=pos[:, :3]), r"position_ids must have the shape of inputs \(2, 4\), got \(2, 3\)"),
+        (dict(position_ids=pos.float()), r"position_ids must be an integer tensor, got torch.float32"),
+        (dict(cu_seqlens=cu[:-1]), r"cu_seqlens must run from 0 to B\*T = 8 .*, got \[0, 2, 4\]"),
+        (dict(cu_seqlens=torch.tensor([0, 4, 2, 8])), r"cu_seqlens must not decrease, got \[0, 4, 2, 8\]"),
+        (dict(max_seqlen=3), r"max_seqlen must be the longest segment, 4 \(cu_seqlens' largest step\), got 3"),
+        (dict(doc_lens=lens[:1]), r"doc_lens must have one row per row of inputs \(2\), got shape \(1, 2\)"),
+        (dict(doc_lens=torch.tensor([[2, 1], [4, 0]])), r"each row of doc_lens must add up to T = 4 .*, got \[3, 4\]"),
+    ]
+    for change, message in cases:
+        with pytest.raises(ValueError if "integer" not in message else TypeError, match=message):
+            dataclasses.replace(good, **change)

@@ -146,7 +146,8 @@ def _add_model_options(m) -> None:
         "--document-mask",
         action="store_true",
         default=None,
-        help="keep packed documents apart: attend only within a document, positions restart after <|endoftext|>",
+        help="keep packed documents apart: attend only within a document, positions restart after <|endoftext|> "
+        "(--packing turns it on)",
     )
 
 

@@ -43,7 +43,9 @@ class DocumentBatch:
     (torchtitan and Hugging Face ``position_ids``, flash-attention's varlen ``cu_seqlens``, OLMo-core
     ``doc_lens``), and the ``position_ids`` pass is most of what the metadata costs. Reading, ``==``, ``repr``,
     ``to``, ``pin_memory``, pickling (DataLoader workers) and `dataclasses.fields`/``replace``/``asdict`` see
-    every field as usual; ``vars(batch)`` shows only the fields read so far (use `dataclasses.fields`).
+    every field as usual; ``vars(batch)`` shows only the fields read so far (use `dataclasses.fields`). A batch built
+    by hand (``DocumentBatch(...)``, ``dataclasses.replace``) has its fields checked against ``inputs``: the error
+    names the one that disagrees.
 
     Attributes:
         inputs: (B, T) int64 token ids.
@@ -68,13 +70,20 @@ class DocumentBatch:
     max_seqlen: int
     doc_lens: torch.Tensor
 
+    def __post_init__(self) -> None:
+        _check_fields(self)  # a batch built by hand (a loader's skip __init__: their fields agree by construction)
+
     def document_ids(self) -> torch.Tensor:
         """Which segment each token belongs to, counting from 0 in each row: (B, T) int64."""
         return (self.position_ids == 0).long().cumsum(dim=1) - 1
 
     def _map(self, fn) -> DocumentBatch:
         fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        return DocumentBatch(**{k: fn(v) if isinstance(v, torch.Tensor) else v for k, v in fields.items()})
+        batch = object.__new__(DocumentBatch)  # checked once (or made right): no check, no sync, per copy
+        object.__setattr__(
+            batch, "__dict__", {k: fn(v) if isinstance(v, torch.Tensor) else v for k, v in fields.items()}
+        )
+        return batch
 
     def to(self, device: Any, *, non_blocking: bool = False) -> DocumentBatch:
         """Every tensor moved to ``device``."""
@@ -107,6 +116,40 @@ class DocumentBatch:
             if isinstance(value, torch.Tensor) and value.untyped_storage().nbytes() != value.nbytes:
                 state[name] = value.clone()
         return state
+
+
+def _check_fields(b: DocumentBatch) -> None:
+    """Raise, naming the field, where a batch's fields disagree with its (B, T) ``inputs``."""
+    x = b.inputs
+    if not isinstance(x, torch.Tensor) or x.dim() != 2:
+        raise ValueError(f"inputs must be a (B, T) tensor of token ids, got {getattr(x, 'shape', type(x).__name__)}")
+    (rows, t), shape = x.shape, tuple(x.shape)
+    for name in ("targets", "position_ids"):
+        v = getattr(b, name)
+        if not isinstance(v, torch.Tensor) or v.dtype.is_floating_point or v.dtype.is_complex or v.dtype == torch.bool:
+            raise TypeError(f"{name} must be an integer tensor, got {getattr(v, 'dtype', type(v).__name__)}")
+        if tuple(v.shape) != shape:
+            raise ValueError(f"{name} must have the shape of inputs {shape}, got {tuple(v.shape)}")
+    cu = b.cu_seqlens.tolist() if isinstance(b.cu_seqlens, torch.Tensor) else b.cu_seqlens
+    if not isinstance(cu, list) or len(cu) < 2 or cu[0] != 0 or cu[-1] != rows * t:
+        raise ValueError(
+            f"cu_seqlens must run from 0 to B*T = {rows * t} (each segment's start in the flattened batch, then B*T), "
+            f"got {cu}"
+        )
+    steps = [hi - lo for lo, hi in zip(cu, cu[1:])]
+    if min(steps) < 0:
+        raise ValueError(f"cu_seqlens must not decrease, got {cu}")
+    if b.max_seqlen != max(steps):
+        raise ValueError(
+            f"max_seqlen must be the longest segment, {max(steps)} (cu_seqlens' largest step), got {b.max_seqlen}"
+        )
+    lens = b.doc_lens
+    if not isinstance(lens, torch.Tensor) or lens.dim() != 2 or lens.shape[0] != rows:
+        raise ValueError(
+            f"doc_lens must have one row per row of inputs ({rows}), got shape {tuple(getattr(lens, 'shape', ()))}"
+        )
+    if (sums := lens.sum(dim=1).tolist()) != [t] * rows:
+        raise ValueError(f"each row of doc_lens must add up to T = {t} (its segments' lengths, then zeros), got {sums}")
 
 
 class _MadeOnRead:
