@@ -19,7 +19,9 @@ def folder(tmp_path_factory):
 
 def stateful(ds, *, workers=0, **kw):
     sampler = tokembed.WindowBatchSampler(ds, batch_size=4, seed=3, **kw)
-    return torchdata.StatefulDataLoader(ds, batch_sampler=sampler, collate_fn=tokembed.collate_windows, num_workers=workers)
+    return torchdata.StatefulDataLoader(
+        ds, batch_sampler=sampler, collate_fn=tokembed.collate_windows, num_workers=workers
+    )
 
 
 def test_stateful_dataloader_saved_after_an_epoch_ended_resumes_with_the_next_epoch(folder):

@@ -41,7 +41,8 @@ class _BatchIterator:
         current = self.my_id == loader._iter_id
         if self.t >= plan.batches:
             if current:  # the epoch ran to its end: the sampler moves to the next one
-                loader._epoch, loader._done, loader._iter_id = self.number + 1, 0, loader._iter_id + 1
+                self._end_epoch()
+                loader._iter_id += 1
             raise StopIteration
         ks = self.arith.windows(np.array([self.t])) if self.t < plan.full_steps else self.arith.tail()[None]  # (1, B)
         self.t += 1
@@ -57,6 +58,11 @@ class _BatchIterator:
         self.loader.load_state_dict(state)  # checks the data and options, sets the epoch
         self.loader._resume_at = 0
         type(self).__init__(self, self.loader, state["batches_done"])
+        if self.t >= self.arith.plan.batches:  # a finished epoch: torchdata starts a new pass, the next epoch
+            self._end_epoch()
+
+    def _end_epoch(self) -> None:
+        self.loader._epoch, self.loader._done = self.number + 1, 0
 
 
 class WindowBatchSampler(torch.utils.data.Sampler):
