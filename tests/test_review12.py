@@ -63,3 +63,23 @@ def test_stateful_dataloader_state_resumes_at_another_num_workers_through_the_sa
     rest = [x for x, _ in resumed]
     got = [x for x, _ in head] + rest + [x for x, _ in resumed]
     assert len(got) >= len(flat) and all(torch.equal(a, b) for a, b in zip(got, flat))
+
+
+@pytest.mark.parametrize("workers", [0, 1, 2])
+def test_window_batch_sampler_resume_point_survives_a_dataloader_with_workers(folder, workers):
+    """torch's multi-process DataLoader iterator calls ``iter(batch_sampler)`` twice (in ``__init__`` and in
+    ``_reset``): the first call took the loaded resume point and the second started the epoch again, silently."""
+    from torch.utils.data import DataLoader
+
+    ds = tokembed.SlidingWindowDataset(folder, max_length=32)
+    ref = [x for x, _ in tokembed.create_dataloader(ds, batch_size=4, seed=3)]
+    first = tokembed.WindowBatchSampler(ds, batch_size=4, seed=3)
+    it = iter(first)
+    for _ in range(3):
+        next(it)
+    sampler = tokembed.WindowBatchSampler(ds, batch_size=4, seed=3)
+    sampler.load_state_dict(first.state_dict())
+    dl = DataLoader(ds, batch_sampler=sampler, collate_fn=tokembed.collate_windows, num_workers=workers)
+    rest = [x for x, _ in dl]
+    assert len(rest) == len(ref) - 3 and all(torch.equal(a, b) for a, b in zip(rest, ref[3:]))
+    assert sampler.state_dict()["epoch"] == 1  # ... and the next pass is the next epoch
