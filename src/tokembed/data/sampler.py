@@ -39,6 +39,8 @@ class _BatchIterator:
     def __next__(self) -> list[int]:
         loader, plan = self.loader, self.arith.plan
         current = self.my_id == loader._iter_id
+        if current:  # the resume point is taken by the pass that runs, not by every iter() (see __iter__)
+            loader._resume_at = 0
         if self.t >= plan.batches:
             if current:  # the epoch ran to its end: the sampler moves to the next one
                 self._end_epoch()
@@ -113,11 +115,12 @@ class WindowBatchSampler(torch.utils.data.Sampler):
         self.loader.set_epoch(epoch)
 
     def __iter__(self) -> Iterator[list[int]]:
+        # torch's multi-process DataLoader iterator calls iter(batch_sampler) twice (in __init__ and _reset):
+        # each starts at the loaded resume point, which the first next() of the latest one clears.
         loader = self.loader
-        start, loader._resume_at = loader._resume_at, 0
         loader._iter_id += 1
-        loader._done = start
-        return _BatchIterator(loader, start)
+        loader._done = loader._resume_at
+        return _BatchIterator(loader, loader._resume_at)
 
     def state_dict(self) -> dict[str, Any]:
         return self.loader.state_dict()
