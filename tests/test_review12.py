@@ -83,3 +83,53 @@ def test_window_batch_sampler_resume_point_survives_a_dataloader_with_workers(fo
     rest = [x for x, _ in dl]
     assert len(rest) == len(ref) - 3 and all(torch.equal(a, b) for a, b in zip(rest, ref[3:]))
     assert sampler.state_dict()["epoch"] == 1  # ... and the next pass is the next epoch
+
+
+# ------------------------------------------------------------------------------------- Megatron --split all
+
+MEGATRON_ALL_CHILD = """
+import os, signal, sys
+from tokembed.shards.export import export_megatron
+kill_at, calls, real = int(sys.argv[3]), [0], os.replace
+def replace(a, b):  # kill -9 at the kill_at-th rename
+    calls[0] += 1
+    if calls[0] == kill_at:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real(a, b)
+os.replace = replace
+export_megatron(sys.argv[1], sys.argv[2], split="all", overwrite=True)
+"""
+
+
+@pytest.mark.slow
+def test_kill_9_during_a_megatron_export_of_both_splits_never_pairs_one_exports_train_with_anothers_val(tmp_path):
+    """``--split all`` wrote PREFIX_train and then PREFIX_val, each committed on its own: killed between them (or
+    failing in the val split), train was the new export's beside the old export's val (or none), and the same
+    command run again refused PREFIX_train as existing. Both splits now change together."""
+    import subprocess
+    import sys
+
+    from test_export_safety import megatron_state, with_val
+
+    from tokembed.shards.export import export_megatron
+
+    old, new = with_val(tmp_path / "old", 5, 400), with_val(tmp_path / "new", 6, 500)
+    prefix = tmp_path / "out" / "corpus"
+    states = set()
+    for kill_at in range(1, 40):
+        export_megatron(tmp_path / "old", prefix, split="all", overwrite=True)
+        args = [sys.executable, "-c", MEGATRON_ALL_CHILD, str(tmp_path / "new"), str(prefix), str(kill_at)]
+        rc = subprocess.run(args).returncode
+        pair = tuple(
+            megatron_state(prefix.with_name(f"corpus_{s}"), {"old": old[i], "new": new[i]})
+            for i, s in enumerate(("train", "val"))
+        )
+        states.add(pair)
+        assert "old" not in pair or "new" not in pair, (kill_at, pair)  # never one export's train, another's val
+        if rc == 0:
+            break
+        export_megatron(tmp_path / "new", prefix, split="all", overwrite=True)  # the rerun finishes the job
+        assert [
+            megatron_state(prefix.with_name(f"corpus_{s}"), {"new": new[i]}) for i, s in enumerate(("train", "val"))
+        ] == ["new", "new"]
+    assert rc == 0 and ("old", "old") in states and ("new", "new") in states
