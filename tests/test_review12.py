@@ -133,3 +133,27 @@ def test_kill_9_during_a_megatron_export_of_both_splits_never_pairs_one_exports_
             megatron_state(prefix.with_name(f"corpus_{s}"), {"new": new[i]}) for i, s in enumerate(("train", "val"))
         ] == ["new", "new"]
     assert rc == 0 and ("old", "old") in states and ("new", "new") in states
+
+
+# ------------------------------------------------------------------------------------- nanoGPT --split
+
+
+@pytest.mark.parametrize(("split", "other"), [("train", "val.bin"), ("val", "train.bin")])
+def test_a_nanogpt_export_of_one_split_never_deletes_the_other_splits_file_without_overwrite(tmp_path, split, other):
+    """Without --overwrite, ``--split train`` into a folder holding only a val.bin (nanoGPT's own, or the user's)
+    deleted it silently (as the other split of an older export); it is now refused by name, and --overwrite
+    replaces it as before."""
+    from test_export_safety import with_val
+
+    from tokembed.shards.export import export_nanogpt
+
+    with_val(tmp_path / "src", 7, 40)
+    out = tmp_path / "nano"
+    out.mkdir()
+    (out / other).write_bytes(b"the user's own file")
+    with pytest.raises(FileExistsError, match=rf"{other} already exists.*--overwrite"):
+        export_nanogpt(tmp_path / "src", out, split=split)
+    assert (out / other).read_bytes() == b"the user's own file"
+    assert sorted(p.name for p in out.iterdir()) == [other]
+    export_nanogpt(tmp_path / "src", out, split=split, overwrite=True)
+    assert sorted(p.name for p in out.iterdir()) == sorted(["meta.pkl", f"{split}.bin"])
