@@ -162,7 +162,8 @@ def export_nanogpt(
     Raises:
         ValueError: a missing or empty split (nanoGPT cannot read it), a token id >= 65536 (uint16), naming it and
             its offset; an output inside the input or a checkpoint.
-        FileExistsError: an output exists and ``overwrite`` is False.
+        FileExistsError: an output, or the other split's ``.bin`` (which ``overwrite`` removes), exists and
+            ``overwrite`` is False.
 
     Warns:
         UserWarning: a split of at most `NANOGPT_BLOCK_SIZE` tokens (nanoGPT's default block_size): written, but
@@ -175,13 +176,13 @@ def export_nanogpt(
         raise NotADirectoryError(f"{out} is a file; the nanoGPT export is a folder (train.bin, val.bin, meta.pkl)")
     sets = {s: _open_split(src, s, needed_by="nanoGPT's train.py reads train.bin and val.bin") for s in names}
     targets = [out / n for n in NANOGPT_FILES if n == "meta.pkl" or n[: -len(".bin")] in names]
+    others = [out / n for n in NANOGPT_FILES if out / n not in targets]  # the other split of an older export
     recovered = recover_staged(out, "nanogpt")  # an export killed in its renames: finished first
-    _check_out(src, targets, overwrite or recovered)
+    _check_out(src, targets + others, overwrite or recovered)  # ... which goes only with --overwrite
     made = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     files: dict[str, Any] = {}
     try:
-        others = [out / n for n in NANOGPT_FILES if out / n not in targets]  # the other split of an older export
         with staged_files(targets, key="nanogpt", remove=others) as staged:
             for name, ss in sets.items():
                 with open(staged[out / f"{name}.bin"], "wb") as f:
