@@ -110,7 +110,6 @@ def test_kill_9_during_a_megatron_export_of_both_splits_never_pairs_one_exports_
     import sys
 
     from test_export_safety import megatron_state, with_val
-
     from tokembed.shards.export import export_megatron
 
     old, new = with_val(tmp_path / "old", 5, 400), with_val(tmp_path / "new", 6, 500)
@@ -144,7 +143,6 @@ def test_a_nanogpt_export_of_one_split_never_deletes_the_other_splits_file_witho
     deleted it silently (as the other split of an older export); it is now refused by name, and --overwrite
     replaces it as before."""
     from test_export_safety import with_val
-
     from tokembed.shards.export import export_nanogpt
 
     with_val(tmp_path / "src", 7, 40)
