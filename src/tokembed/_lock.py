@@ -68,25 +68,25 @@ def folder_lock(folder: str | os.PathLike, *, what: str, shared: bool = False) -
 
 
 @contextlib.contextmanager
-def waiting_lock(path: str | os.PathLike) -> Iterator[None]:
+def waiting_lock(path: str | os.PathLike) -> Iterator[bool]:
     """Hold an exclusive lock on the file ``path`` (created empty when absent, never removed) for the block,
     waiting while another process or thread holds it: one of them makes a shared file, the others then read it.
 
     Only an economy: on a file system without locks (ENOLCK, EOPNOTSUPP) the block runs unlocked, so what it
-    writes must be safe to write twice (atomically, as `tokembed._atomic` writes).
+    writes must be safe to write twice (atomically, as `tokembed._atomic` writes). The block is given whether the
+    lock is held (False: unlocked), e.g. to clear what a killed holder left only when no one else can be writing.
     """
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
     try:
-        _lock_waiting(fd, Path(path))
-        yield
+        yield _lock_waiting(fd, Path(path))
     finally:
         os.close(fd)  # closing the descriptor releases the lock
 
 
-def _lock_waiting(fd: int, path: Path) -> None:
-    """An exclusive flock on ``fd``, saying who holds it before waiting (a stuck holder is then found, not guessed);
-    nothing on a file system without locks."""
+def _lock_waiting(fd: int, path: Path) -> bool:
+    """An exclusive flock on ``fd``, saying who holds it before waiting (a stuck holder is then found, not guessed):
+    True; False (nothing) on a file system without locks."""
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -96,3 +96,5 @@ def _lock_waiting(fd: int, path: Path) -> None:
     except OSError as e:
         if e.errno not in (*NO_LOCKS, errno.EINVAL):
             raise
+        return False
+    return True

@@ -200,7 +200,7 @@ def _register_stats(sub: argparse._SubParsersAction) -> None:
         help="ranks sharing each epoch: also print the batches per rank (tokembed.data.plan)",
     )
     s.add_argument("--per-file", action="store_true", help="also print one row per input file")
-    options.add_packing(s, "also report the padding and the documents cut")
+    options.add_packing(s, "also report the padding and the documents cut (a mixture: count its packed windows)")
     s.set_defaults(func=run_stats)
 
 
@@ -298,7 +298,14 @@ def run_mixture_stats(args: argparse.Namespace) -> int:
 
     mixture = load_schedule(args.mixture) if args.mixture else Mixture([parse_source(s) for s in args.source])
     g = args.batch_size * args.world_size
-    st = mixture_stats(mixture, steps=args.steps, global_batch_size=g, max_length=args.max_length, stride=args.stride)
+    st = mixture_stats(
+        mixture,
+        steps=args.steps,
+        global_batch_size=g,
+        max_length=args.max_length,
+        stride=args.stride,
+        packing=args.packing,
+    )
     if args.json:
         print(json.dumps(st, indent=2))
         return 0

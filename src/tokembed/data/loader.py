@@ -349,10 +349,7 @@ class WindowLoader:
             n = n // self.global_batch_size * self.global_batch_size
         self.plan = rank_plan(n, batch_size=self.batch_size, world_size=self.world_size, drop_last=self.drop_last)
         if self.plan.batches == 0:
-            raise ValueError(
-                f"the source gives {len(dataset)} windows, fewer than batch_size={self.batch_size} x world_size={self.world_size}, "
-                "and drop_last=True drops that incomplete step, leaving nothing; use a smaller batch_size, a smaller stride or drop_last=False"
-            )
+            raise ValueError(_too_few_windows(dataset, self.batch_size, self.world_size))
         self._epoch = 0
         self._done = 0  # batches of the current epoch handed out by the live iterator
         self._resume_at = 0  # where the next iterator starts (set by load_state_dict)
@@ -562,6 +559,23 @@ class WindowDataLoader(torch.utils.data.DataLoader):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.loader.load_state_dict(state)
+
+
+def _too_few_windows(dataset: SlidingWindowDataset, batch_size: int, world_size: int) -> str:
+    """Why a dataset gives no batch, and the options that give some: a packed dataset takes no stride (a smaller
+    max_length packs more windows), and a mixture's epoch is whole steps whatever drop_last says."""
+    mixture = isinstance(dataset, MixtureWindows)
+    why = "a mixture's epoch is whole steps" if mixture else "drop_last=True drops that incomplete step"
+    fixes = [
+        "a smaller batch_size",
+        "a smaller max_length" if getattr(dataset, "packing", None) else "a smaller stride",
+    ]
+    if not mixture:
+        fixes.append("drop_last=False")
+    return (
+        f"the source gives {len(dataset)} windows, fewer than batch_size={batch_size} x world_size={world_size}, "
+        f"and {why}, leaving nothing; use {', '.join(fixes[:-1])} or {fixes[-1]}"
+    )
 
 
 def _per_rank_batch(batch_size, global_batch_size, rank, world_size) -> int:

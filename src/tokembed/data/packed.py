@@ -8,8 +8,10 @@ tokens of the same document; a document's last token and the padding predict not
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
+import glob
 import json
 import logging
 import os
@@ -18,7 +20,7 @@ import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -29,7 +31,7 @@ from tokembed._lock import waiting_lock
 from tokembed.data.batch import IGNORE_INDEX, DocumentBatch, DocumentLayout
 from tokembed.data.packing import PackingPlan, cached_plan, check_packer, plan_key, plan_packing
 from tokembed.data.windows import SlidingWindowDataset, WindowSource, _split_rows
-from tokembed.shards.reader import ShardSet
+from tokembed.shards.reader import RemoteShardSet, ShardSet
 from tokembed.storage.options import remote_options
 
 __all__ = ["AUTO_MATERIALIZE_TOKENS", "PackedWindows"]
@@ -106,6 +108,11 @@ class PackedWindows(SlidingWindowDataset):
         super().__init__(source, max_length=max_length, **options)
 
     def _plan_windows(self) -> None:
+        if self.n_tokens < 1:
+            raise ValueError(
+                f"{self._describe()} has 0 tokens, so packing gives no window; use another split or source "
+                "(`tokembed stats DIR` counts each split's tokens)"
+            )
         if self._shards is not None:  # a folder's plan is cached, known by its tokens' and indexes' sha256
             index = [(s.n_documents, getattr(s, "index_sha256", None)) for s in self._shards.shards]
             self._data_key = json.dumps([self.fingerprint(), index])
@@ -234,6 +241,8 @@ class PackedWindows(SlidingWindowDataset):
         row index per shard); a span too near its shard's end for a row (a document that goes on into the
         next shard, or the shard's last tokens) is read on its own.
         """
+        if self.streamed:
+            return self._read_remote_spans(starts, lengths)
         views, w = self._views(), self.max_length + 1
         seg = np.searchsorted(self._cum, starts, side="right") - 1  # (P,) the shard of each span's start
         local = starts - self._cum[seg]
@@ -248,6 +257,32 @@ class PackedWindows(SlidingWindowDataset):
             a = int(starts[j])
             rows[j, : lengths[j]] = cast(ShardSet, self._shards).read(a, a + int(lengths[j]))
         return rows.reshape(-1), np.arange(len(starts), dtype=np.int64) * w
+
+    def _read_remote_spans(self, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """`_read_spans` of a remote folder: rows of ``max_length + 1`` tokens through the block cache (the batch's
+        blocks pinned, as sliding windows are read: never a whole shard in memory), the few spans too near the
+        split's end for a row read on their own."""
+        shards, w = cast(RemoteShardSet, self._shards), self.max_length + 1
+        rows = np.empty((len(starts), w), dtype=self.dtype)
+        fits = starts + w <= self.n_tokens
+        rows[fits] = shards.rows(starts[fits], w)
+        for j in np.flatnonzero(~fits).tolist():
+            a = int(starts[j])
+            rows[j, : lengths[j]] = shards.read(a, a + int(lengths[j]))
+        return rows.reshape(-1), np.arange(len(starts), dtype=np.int64) * w
+
+    def block_reads(self, k: np.ndarray) -> list[tuple[Any, np.ndarray, list[str], np.ndarray, np.ndarray]]:
+        """The blocks of a remote folder that packed windows ``k`` read: each piece's row of ``max_length + 1``
+        tokens, as `_read_remote_spans` reads them (see `SlidingWindowDataset.block_reads`); empty for local data."""
+        if not self.streamed:
+            return []
+        shards, p = cast(RemoteShardSet, self._shards), self.plan
+        k = np.asarray(k, dtype=np.int64).ravel()
+        first = p.window_first[k]
+        count = p.window_first[k + 1] - first  # (R,) pieces per window
+        piece = (first - (count.cumsum() - count)).repeat(count) + np.arange(int(count.sum()))  # (P,)
+        rows, keys, shard, block = shards.block_reads(p.piece_start[piece], self.max_length + 1)
+        return [(shards, np.arange(len(k)).repeat(count)[rows], keys, shard, block)]
 
     def _gather(
         self, k: np.ndarray, out: tuple[np.ndarray, np.ndarray] | None = None
@@ -284,9 +319,11 @@ class PackedWindows(SlidingWindowDataset):
         if ignore is None:
             # The ranks and workers of a machine open the dataset together: one writes the rows, the others wait
             # for it, then read them (nor do they each take the disk's room for a copy of their own).
-            with waiting_lock(Path(f"{stem}.lock")):
+            with waiting_lock(Path(f"{stem}.lock")) as held:
                 ignore = stored_ignore()
                 if ignore is None:
+                    if held:  # no one else writes them now: a temporary file beside them is a killed writer's
+                        _remove_leftovers(rows_path, ignore_path)
                     self._check_room(rows_path, size)
                     _log.info(
                         "packed windows materialized once into %s (%s bytes; materialize=False gathers them)",
@@ -443,6 +480,15 @@ class _Selection:
     def segments(self, t: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(flat, row, counts)``, as `tokembed.data.batch.DocumentLayout` takes them."""
         return self.flat, self.flat // t, self.counts
+
+
+def _remove_leftovers(*paths: Path) -> None:
+    """Remove the temporary files that writers of ``paths`` killed midway left (`tokembed._atomic.atomic_open`'s
+    ``.NAME.tmp-*``): each is up to the split's size, and nothing else would ever remove it."""
+    for path in paths:
+        for tmp in path.parent.glob(f".{glob.escape(path.name)}.tmp-*"):
+            with contextlib.suppress(OSError):
+                tmp.unlink()
 
 
 def _has_size(path: Path, size: int) -> bool:

@@ -204,7 +204,8 @@ def plan_packing(doc_starts, n_tokens: int, *, max_length: int, packer: str = "b
 
     Args:
         doc_starts: (D,) sorted offsets where the stream's documents start (the first at 0).
-        n_tokens: tokens of the stream (the last document ends there).
+        n_tokens: tokens of the stream (the last document ends there); an empty stream (0 tokens, no documents)
+            gives a plan of no windows.
         max_length: slots per window (``T``).
         packer: a name of `PACKERS`.
 
@@ -214,9 +215,10 @@ def plan_packing(doc_starts, n_tokens: int, *, max_length: int, packer: str = "b
     t = check_positive_int("max_length", max_length)
     packer = check_packer(packer)
     doc_starts = np.asarray(doc_starts, dtype=np.int64)
-    if n_tokens < 1 or not len(doc_starts) or doc_starts[0] != 0:
+    empty = n_tokens == 0 and not len(doc_starts)  # an empty split: no windows (`tokembed stats` reports it)
+    if not empty and (n_tokens < 1 or not len(doc_starts) or doc_starts[0] != 0):
         raise ValueError(
-            f"packing needs a stream of at least one token whose first document starts at 0, got {n_tokens} tokens "
+            f"packing needs a stream whose first document starts at 0, got {n_tokens} tokens "
             f"and {len(doc_starts)} document starts"
         )
     start, length, last, whole = _pieces(doc_starts, int(n_tokens), t)

@@ -77,7 +77,8 @@ def shard_stats(
 
 
 def _packing_stats(root, split: str, *, max_length: int | None, packing: str) -> dict[str, Any]:
-    """What packing split ``split`` into windows of ``max_length`` gives (`PackingPlan.stats`)."""
+    """What packing split ``split`` of shard folder ``root`` into windows of ``max_length`` gives
+    (`PackingPlan.stats`)."""
     from tokembed.data.packing import check_packer, plan_packing
     from tokembed.shards.reader import open_shards
 
@@ -105,6 +106,7 @@ def mixture_stats(
     max_length: int = 256,
     stride: int | None = None,
     split: str = "train",
+    packing: str | None = None,
 ) -> dict[str, Any]:
     """What a run of ``steps`` global batches reads of each source of a `tokembed.Mixture` or
     `tokembed.PhasedMixture`, per phase and per source (torch-free).
@@ -121,6 +123,8 @@ def mixture_stats(
         global_batch_size: windows per step over all ranks (``G``).
         max_length, stride: the window options (``stride`` defaults to ``max_length``), as the loader's.
         split: the sources' split.
+        packing: count each source's packed windows (this packer of `tokembed.data.packing.PACKERS`, as the loader's
+            ``packing=``) instead of its sliding windows; ``tokens_read`` then counts window slots, padding included.
 
     Returns:
         ``{"steps", "global_batch_size", "max_length", "windows_read", "sources": [{"path", "weight", "tokens",
@@ -141,9 +145,17 @@ def mixture_stats(
 
     g = check_positive_int("global_batch_size", global_batch_size)
     max_length = check_positive_int("max_length", max_length)
+    if packing is not None and stride is not None:
+        raise ValueError(
+            f"stride={stride} does not apply to packed windows (each holds whole documents from its first slot); "
+            "leave it out"
+        )
     stride = max_length if stride is None else stride
     tokens = [open_shards(p, split=split).n_tokens for p in mixture.paths]
-    windows = [plan(n, max_length=max_length, stride=stride, batch_size=1).windows for n in tokens]
+    if packing is None:
+        windows = [plan(n, max_length=max_length, stride=stride, batch_size=1).windows for n in tokens]
+    else:  # the packed windows the loader's packing= reads
+        windows = [_packing_stats(p, split, max_length=max_length, packing=packing)["windows"] for p in mixture.paths]
     schedule = mixture.slot_schedule(max_length=max_length)
     firsts = [first_slot(ph.start, max_length) for ph in mixture.phases]
     if steps is None:

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from tokembed._checks import check_int, check_positive_int, check_probability
+from tokembed._checks import check_int, check_positive_int, check_probability, long_ids
 from tokembed.embeddings.names import positional_scheme
 from tokembed.embeddings.scheme import ModelShape
 from tokembed.embeddings.token import TokenEmbedding
@@ -71,7 +71,7 @@ class InputEmbedding(nn.Module):
 
         Args:
             ids: (B, T) token ids.
-            position_ids: (T,) or (B, T) positions; default ``offset, ..., offset + T - 1``.
+            position_ids: (T,) or (B, T) positions, any integer dtype; default ``offset, ..., offset + T - 1``.
             offset: the first position when ``position_ids`` is not given (e.g. after a cache).
             return_positions: also return the position ids used (for schemes inside attention).
 
@@ -99,11 +99,15 @@ class InputEmbedding(nn.Module):
             if (
                 not isinstance(position_ids, torch.Tensor)
                 or position_ids.dtype.is_floating_point
+                or position_ids.dtype.is_complex
                 or position_ids.dtype == torch.bool
             ):
                 raise TypeError(
                     f"position_ids must be an integer tensor, got {getattr(position_ids, 'dtype', type(position_ids).__name__)}"
                 )
+            # uint8/int16/uint16 ... as int64: unsigned `key - query` would wrap (ALiBi, T5, Shaw), and torch has no
+            # min or gather for some of them; int32 (a DocumentBatch's) and int64 stay as they are
+            position_ids = long_ids(position_ids)
             if position_ids.shape not in ((T,), (B, T)):
                 raise ValueError(
                     f"position_ids must have shape ({T},) or ({B}, {T}) to match ids {tuple(ids.shape)}, got {tuple(position_ids.shape)}"

@@ -208,7 +208,10 @@ class GPT(nn.Module):
                 f"document_ids must have the shape of ids {tuple(getattr(ids, 'shape', ()))}, got "
                 f"{tuple(given.shape) if isinstance(given, torch.Tensor) else type(given).__name__}; pass batch.document_ids()"
             )
-        return given.to(ids.device)
+        given = given.to(ids.device)
+        new = torch.ones_like(given, dtype=torch.bool)  # (B,T): where a document starts ...
+        new[:, 1:] = given[:, 1:] != given[:, :-1]  # ... wherever the id changes, as positions restart
+        return new.long().cumsum(dim=1) - 1  # (B,T) 0, 1, ...: ids used again ([0 0 1 0]) name another document
 
     def forward(
         self,
@@ -228,8 +231,8 @@ class GPT(nn.Module):
             offset: the first position when ``position_ids`` is not given (default: the number of
                 tokens already in ``cache``, else 0).
             cache: a ``KVCache`` to read earlier keys/values from and append this call's to.
-            document_ids: (B, T) document of each token (a loader's ``DocumentBatch.document_ids()``): attention
-                stays within documents (FlexAttention where it runs, see `tokembed.model.masks`) and, without
+            document_ids: (B, T) document of each token (a loader's ``DocumentBatch.document_ids()``; a document
+                starts wherever the id changes, so ``[0, 0, 1, 0]`` is three documents): attention stays within documents (FlexAttention where it runs, see `tokembed.model.masks`) and, without
                 ``position_ids``, positions restart at each. Default with ``document_mask``: from the separators.
 
         Returns:

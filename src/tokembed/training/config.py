@@ -62,7 +62,8 @@ class TrainConfig:
             manifest names is used, and naming another here is an error.
         packing: train on whole documents packed into windows (a `tokembed.data.packing.PACKERS` name, e.g.
             ``"best-fit"``): attention stays within each document and positions restart at each (the loader's
-            document metadata goes to the model); padding and each document's last token predict nothing.
+            document metadata goes to the model, saved with ``document_mask`` on, so that validation, eval and
+            generate read it as it trained); padding and each document's last token predict nothing.
             None: sliding windows over the token stream (the chapter's).
         materialize_packing: with ``packing`` over a shard folder (or each folder of a mixture), write the packed
             windows once into the cache and read them as rows (`tokembed.data.packed.PackedWindows`,

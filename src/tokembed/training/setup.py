@@ -292,10 +292,14 @@ def settle_model(
 ) -> GPTConfig:
     """The run's model: the checkpoint's (any options given must agree with it), else the options given
     (a `GPTConfig`, or a mapping of its fields) with the data's vocabulary (`fit_vocabulary`); the model
-    reads windows of ``config.max_length`` tokens."""
+    reads windows of ``config.max_length`` tokens. With ``config.packing`` a new model keeps documents apart
+    (``document_mask``) where the tokenizer ends them with a separator: packing trains it so, and validation,
+    ``tokembed eval`` and ``generate`` then read the checkpoint the way it was trained."""
     if saved is not None:
         model = GPTConfig.from_dict(saved.config["model"])
         chosen = given.to_dict() if isinstance(given, GPTConfig) else dict(given or {})
+        if config.packing and model.document_mask and chosen.get("document_mask") is False:
+            chosen["document_mask"] = True  # the options the packed run started from: packing set it (below)
         unknown = sorted(set(chosen) - set(model.to_dict()))
         if unknown:
             raise ValueError(f"unknown GPTConfig fields {unknown}; known fields: {sorted(model.to_dict())}")
@@ -310,6 +314,8 @@ def settle_model(
         options = dict(given or {})
         shape = {"context_length": config.max_length, "vocab_size": tok.n_vocab, "eot_token": tok.eot_token}
         model = fit_vocabulary(GPTConfig.from_dict({**shape, **options}), tok)
+    if saved is None and config.packing and not model.document_mask and tok.eot_token is not None:
+        model = dataclasses.replace(model, document_mask=True)  # the loader's documents are the separators' ones
     if model.context_length < config.max_length:
         raise ValueError(
             f"max_length={config.max_length} exceeds the model's context_length={model.context_length}; "
