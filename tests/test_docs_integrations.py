@@ -36,6 +36,8 @@ def test_the_doc_has_a_tested_section_per_trainer():
     ):
         assert re.search(rf"^## .*{section}", text, flags=re.M), section
     assert len(blocks()) >= 12
+    # every fenced block is one the test runs (a ```py or ```sh block would be skipped silently)
+    assert len(re.findall(r"^```\S", text, flags=re.M)) == len(blocks())
 
 
 @pytest.mark.slow

@@ -297,7 +297,8 @@ def _commit(stage: Path, targets: Sequence[Path], remove: Sequence[Path]) -> Non
     if (stage / last.name).exists():  # not yet renamed: any file at ``last`` is the old set's
         last.unlink(missing_ok=True)
         for p in remove:
-            p.unlink(missing_ok=True)
+            if p not in targets or (stage / p.name).exists():  # a target already renamed in is the new set's
+                p.unlink(missing_ok=True)
     for t in targets:
         if (stage / t.name).exists():
             os.replace(stage / t.name, t)
@@ -333,7 +334,8 @@ def staged_files(targets: Sequence[Path], *, key: str, remove: Sequence[Path] = 
         targets: the files, all in one folder; the last one is the file whose presence makes the set exist
             (Megatron's ``.idx``: readers open it first).
         key: names the set's staging folders (``.KEY.staging-XXXX``), so the next run finds and finishes them.
-        remove: files of an older set that the new set does not have (they go with the old set).
+        remove: files of an older set that the new set does not have (they go with the old set), or targets
+            that must also go before the first rename (another prefix's ``.idx`` in a set of several datasets).
     """
     parent = targets[0].parent
     stage = Path(tempfile.mkdtemp(prefix=f".{key}.staging-", dir=parent))

@@ -162,7 +162,8 @@ def export_nanogpt(
     Raises:
         ValueError: a missing or empty split (nanoGPT cannot read it), a token id >= 65536 (uint16), naming it and
             its offset; an output inside the input or a checkpoint.
-        FileExistsError: an output exists and ``overwrite`` is False.
+        FileExistsError: an output, or the other split's ``.bin`` (which ``overwrite`` removes), exists and
+            ``overwrite`` is False.
 
     Warns:
         UserWarning: a split of at most `NANOGPT_BLOCK_SIZE` tokens (nanoGPT's default block_size): written, but
@@ -175,13 +176,13 @@ def export_nanogpt(
         raise NotADirectoryError(f"{out} is a file; the nanoGPT export is a folder (train.bin, val.bin, meta.pkl)")
     sets = {s: _open_split(src, s, needed_by="nanoGPT's train.py reads train.bin and val.bin") for s in names}
     targets = [out / n for n in NANOGPT_FILES if n == "meta.pkl" or n[: -len(".bin")] in names]
+    others = [out / n for n in NANOGPT_FILES if out / n not in targets]  # the other split of an older export
     recovered = recover_staged(out, "nanogpt")  # an export killed in its renames: finished first
-    _check_out(src, targets, overwrite or recovered)
+    _check_out(src, targets + others, overwrite or recovered)  # ... which goes only with --overwrite
     made = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     files: dict[str, Any] = {}
     try:
-        others = [out / n for n in NANOGPT_FILES if out / n not in targets]  # the other split of an older export
         with staged_files(targets, key="nanogpt", remove=others) as staged:
             for name, ss in sets.items():
                 with open(staged[out / f"{name}.bin"], "wb") as f:
@@ -248,7 +249,7 @@ def export_megatron(
     Megatron's ``preprocess_data.py --append-eod`` writes; the tokens are uint16 when the vocabulary fits
     (GPT-2's does), else int32. ``PREFIX.tokembed.json`` keeps the tokenizer's identity and the ``.bin``'s sha256
     for tokembed. ``split="all"`` writes ``PREFIX_train`` and ``PREFIX_val`` (Megatron's ``--train-data-path`` and
-    ``--valid-data-path``).
+    ``--valid-data-path``), which change together: a killed export leaves no one export's train beside another's val.
 
     Returns:
         ``{"format", "prefix", "documents", "tokens", "dtype"}``; with ``split="all"``, ``{"format", "splits":
@@ -264,47 +265,56 @@ def export_megatron(
     _refuse_overlap(src, prefix)
     if split == "all":
         parts = {s: Path(f"{prefix}_{s}") for s in names}
-        sets = {s: _open_split(src, s, needed_by="--split all exports both") for s in names}
-        for s in names:
-            _check_megatron_out(src, parts[s], overwrite)
-        splits = {s: _write_megatron(src, sets[s], parts[s]) for s in names}
-        return {"format": "megatron", "splits": splits}
-    ss = _open_split(src, split, needed_by="Megatron reads no empty dataset")
-    _check_megatron_out(src, prefix, overwrite)
-    return _write_megatron(src, ss, prefix)
+        sets = {parts[s]: _open_split(src, s, needed_by="--split all exports both") for s in names}
+    else:
+        sets = {prefix: _open_split(src, split, needed_by="Megatron reads no empty dataset")}
+    _check_megatron_out(src, list(sets), overwrite)
+    written = _write_megatron(src, sets)
+    if split == "all":
+        return {"format": "megatron", "splits": {s: written[parts[s]] for s in names}}
+    return written[prefix]
 
 
-def _check_megatron_out(root: Path | str, prefix: Path, overwrite: bool) -> None:
-    _refuse_overlap(root, prefix)
-    recovered = recover_staged(prefix.parent, prefix.name)  # an export killed in its renames: finished first
-    _check_out(root, [mg.idx_path(prefix), mg.bin_path(prefix), Path(f"{prefix}{mg.SIDECAR}")], overwrite or recovered)
+def _check_megatron_out(root: Path | str, prefixes: list[Path], overwrite: bool) -> None:
+    for p in prefixes:
+        _refuse_overlap(root, p)
+    # an export killed in its renames is finished first (the files of all its prefixes are then its own)
+    recovered = [recover_staged(p.parent, p.name) for p in prefixes]
+    for p in prefixes:
+        _check_out(root, [mg.idx_path(p), mg.bin_path(p), Path(f"{p}{mg.SIDECAR}")], overwrite or any(recovered))
 
 
-def _write_megatron(root: Path | str, ss: ShardSet, prefix: Path) -> dict[str, Any]:
-    dtype = megatron_dtype(ss)
-    index = _megatron_index(ss, dtype)  # O(documents): built before any file is touched
-    ipath, bpath, side = mg.idx_path(prefix), mg.bin_path(prefix), Path(f"{prefix}{mg.SIDECAR}")
-    made = not prefix.parent.exists()
-    prefix.parent.mkdir(parents=True, exist_ok=True)
+def _write_megatron(root: Path | str, sets: dict[Path, ShardSet]) -> dict[Path, dict[str, Any]]:
+    """Every prefix's ``.bin``, sidecar and ``.idx`` as one staged set (named by the first prefix): the splits of
+    one export change together. Every ``.idx`` is removed first and renamed in after its own ``.bin``, so that a
+    reader finds each prefix old, new or absent, and never one export's train beside another's val."""
+    dtypes = {p: megatron_dtype(ss) for p, ss in sets.items()}
+    index = {p: _megatron_index(ss, dtypes[p]) for p, ss in sets.items()}  # O(documents): before any file is touched
+    idxs = [mg.idx_path(p) for p in sets]
+    targets = [f for p in sets for f in (mg.bin_path(p), Path(f"{p}{mg.SIDECAR}"))] + idxs[1:] + idxs[:1]
+    first = next(iter(sets))
+    made = not first.parent.exists()
+    first.parent.mkdir(parents=True, exist_ok=True)
     try:
-        with staged_files([bpath, side, ipath], key=prefix.name) as staged:  # the .idx last: Megatron opens it first
-            with open(staged[bpath], "wb") as fb:
-                digest = _write_tokens(ss, fb, dtype, "Megatron")
-            staged[ipath].write_bytes(index)
-            meta = {"format": "tokembed-megatron-export", "tokenizer": ss.manifest["tokenizer"], "bin_sha256": digest}
-            meta |= {"source": str(root), "split": ss.split}
-            staged[side].write_text(json.dumps(meta, indent=1, sort_keys=True), encoding="utf-8")
+        with staged_files(targets, key=first.name, remove=idxs[1:]) as staged:  # Megatron opens the .idx first
+            for p, ss in sets.items():
+                with open(staged[mg.bin_path(p)], "wb") as fb:
+                    digest = _write_tokens(ss, fb, dtypes[p], "Megatron")
+                staged[mg.idx_path(p)].write_bytes(index[p])
+                meta = {"format": "tokembed-megatron-export", "tokenizer": ss.manifest["tokenizer"]}
+                meta |= {"bin_sha256": digest, "source": str(root), "split": ss.split}
+                staged[Path(f"{p}{mg.SIDECAR}")].write_text(
+                    json.dumps(meta, indent=1, sort_keys=True), encoding="utf-8"
+                )
     except BaseException:
         if made:
             with contextlib.suppress(OSError):
-                prefix.parent.rmdir()  # a refused export leaves no empty folder
+                first.parent.rmdir()  # a refused export leaves no empty folder
         raise
     return {
-        "format": "megatron",
-        "prefix": str(prefix),
-        "documents": ss.n_documents,
-        "tokens": ss.n_tokens,
-        "dtype": dtype.name,
+        p: {"format": "megatron", "prefix": str(p), "documents": ss.n_documents, "tokens": ss.n_tokens}
+        | {"dtype": dtypes[p].name}
+        for p, ss in sets.items()
     }
 
 
