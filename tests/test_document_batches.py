@@ -9,6 +9,8 @@ by default (marked ``gpu``: run where a GPU is).
 
 from __future__ import annotations
 
+import types
+
 import numpy as np
 import pytest
 import torch
@@ -16,6 +18,7 @@ import torch
 import tokembed
 from handmade_shards import write_cut_stream
 from tokembed.embeddings.names import scheme_names
+from tokembed.model import masks
 from tokembed.model.config import GPTConfig
 from tokembed.model.gpt import GPT
 from tokembed.model.masks import DocumentMask, flex_attention_available
@@ -23,10 +26,10 @@ from tokembed.model.masks import DocumentMask, flex_attention_available
 V, EOT = 97, 96
 
 
-def model(positional: str, *, document_mask: bool = True, dropout: float = 0.0) -> GPT:
+def model(positional: str, *, document_mask: bool = True, dropout: float = 0.0, dim: int = 16) -> GPT:
     torch.manual_seed(0)
     config = GPTConfig(
-        vocab_size=V, context_length=32, dim=16, n_layers=2, n_heads=2, eot_token=EOT,
+        vocab_size=V, context_length=32, dim=dim, n_layers=2, n_heads=2, eot_token=EOT,
         positional=positional, document_mask=document_mask, dropout=dropout,
     )  # fmt: skip
     return GPT(config).eval()
@@ -115,17 +118,30 @@ def test_flex_attention_gives_the_dense_masks_logits(folder, positional, monkeyp
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("positional", ["learned", "rope", "alibi"])
 def test_on_cuda_flex_attention_is_chosen_and_gives_the_dense_loss(folder, positional, monkeypatch):
-    m = model(positional).cuda()
+    m = model(positional, dim=32).cuda()  # heads of 16: torch's compiled kernel refuses narrower ones
     batch = next(
         iter(tokembed.create_dataloader(folder, batch_size=4, max_length=32, seed=1, return_documents=True))
     ).to("cuda")
     kw = dict(position_ids=batch.position_ids, document_ids=batch.document_ids())
-    assert DocumentMask(batch.document_ids()).use_flex(dropout=0.0, needs_weights=False)
+    assert DocumentMask(batch.document_ids()).use_flex(dropout=0.0, needs_weights=False, head_dim=16)
     with torch.no_grad():
         flex = m.loss(batch.inputs, batch.targets, **kw)
         monkeypatch.setattr(DocumentMask, "flex", False)
         dense = m.loss(batch.inputs, batch.targets, **kw)
     torch.testing.assert_close(flex, dense, rtol=1e-4, atol=1e-4)
+
+
+def test_flex_attention_is_chosen_on_cuda_only_for_heads_its_kernel_takes(monkeypatch):
+    # torch's compiled flex_attention raises NotImplementedError for heads narrower than 16 (its CUDA kernel's
+    # tl.dot): chosen by device, such heads get the dense mask; forced, the choice is the user's.
+    cuda_ids = types.SimpleNamespace(is_cuda=True, dim=lambda: 2)
+    mask = DocumentMask(cuda_ids)  # type: ignore[arg-type]
+    monkeypatch.setattr(masks, "flex_attention_available", lambda: True)
+    assert mask.use_flex(dropout=0.0, needs_weights=False, head_dim=16)
+    assert mask.use_flex(dropout=0.0, needs_weights=False, head_dim=128)
+    assert not mask.use_flex(dropout=0.0, needs_weights=False, head_dim=8)
+    monkeypatch.setattr(DocumentMask, "flex", True)
+    assert mask.use_flex(dropout=0.0, needs_weights=False, head_dim=8)
 
 
 def test_document_ids_errors(folder):

@@ -123,7 +123,7 @@ class CausalSelfAttention(nn.Module):
         bias = pos.score_bias(q, position_ids, k_pos) if pos is not None else None  # (B|1,H|1,T,Tk) or None
         p = self.dropout if self.training else 0.0
         needs_weights = pos is not None and pos.needs_weights
-        if documents is not None and documents.use_flex(dropout=p, needs_weights=needs_weights):
+        if documents is not None and documents.use_flex(dropout=p, needs_weights=needs_weights, head_dim=q.shape[-1]):
             y = documents.attend(q, k, v, bias)  # FlexAttention: only the blocks a document sees
             return self.resid_dropout(self.proj(y.transpose(1, 2).reshape(B, T, D)))
         visible = None if documents is None else documents.dense  # (B,1,T,T) bool; None: the plain causal mask

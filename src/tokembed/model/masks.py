@@ -7,7 +7,8 @@ A query at ``i`` sees the keys ``j <= i`` of its own document. Two ways to give 
   query sees any key, and the compiled ``flex_attention`` kernel that reads it: O(T) memory, and about
   the work of the documents' own lengths rather than the window's.
 
-`DocumentMask.use_flex` chooses: FlexAttention where it is compiled for the device (CUDA), the dense mask
+`DocumentMask.use_flex` chooses: FlexAttention where it is compiled for the device (CUDA, heads of at least
+`FLEX_MIN_HEAD_DIM` dimensions: torch's kernel refuses narrower ones), the dense mask
 elsewhere (on a CPU, torch 2.13 runs ``flex_attention`` either as an eager reference, slower than the
 dense path, or after a ~1 minute compile); both give the same attention (tests/test_document_batches.py).
 Set ``DocumentMask.flex = True``/``False`` to force one (None: choose by device).
@@ -21,7 +22,9 @@ from typing import Any, ClassVar
 
 import torch
 
-__all__ = ["DocumentMask", "flex_attention_available"]
+__all__ = ["FLEX_MIN_HEAD_DIM", "DocumentMask", "flex_attention_available"]
+
+FLEX_MIN_HEAD_DIM = 16  # torch's compiled flex_attention (CUDA) raises NotImplementedError below this head width
 
 
 @functools.cache
@@ -68,12 +71,15 @@ class DocumentMask:
         causal = torch.ones(t, t, dtype=torch.bool, device=self.ids.device).tril()
         return (same & causal)[:, None]
 
-    def use_flex(self, *, dropout: float, needs_weights: bool) -> bool:
+    def use_flex(self, *, dropout: float, needs_weights: bool, head_dim: int | None = None) -> bool:
         """FlexAttention for this call? Never with attention dropout or a scheme that needs the weights
-        (Shaw's value term): FlexAttention gives neither."""
+        (Shaw's value term): FlexAttention gives neither. Chosen by device (``flex`` None): on CUDA, for heads of
+        ``head_dim`` >= `FLEX_MIN_HEAD_DIM` (or not given)."""
         if dropout > 0 or needs_weights or not flex_attention_available():
             return False
-        return self.ids.is_cuda if self.flex is None else self.flex
+        if self.flex is not None:
+            return self.flex
+        return self.ids.is_cuda and (head_dim is None or head_dim >= FLEX_MIN_HEAD_DIM)
 
     def block_mask(self) -> Any:
         """FlexAttention's ``BlockMask`` of this mask (built once per batch, shared by every layer)."""
