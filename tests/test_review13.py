@@ -43,3 +43,44 @@ def test_a_document_batch_subclass_stays_itself_through_to(folder):
     moved = mine.to(torch.device("cpu"))
     assert type(moved) is LabelledBatch and moved.tokens() == 48
     assert moved == mine and "labels=" in repr(moved)
+
+
+# ------------------------------------------------------------------------------------- Megatron --split all
+
+
+class Killed(BaseException):
+    """Stands for a kill -9 in the renames: staged_files leaves a commit that began as it is."""
+
+
+def test_a_killed_megatron_export_of_both_splits_is_named_when_its_val_prefix_is_read(tmp_path, monkeypatch):
+    """``--split all`` now stages both prefixes as one set, named by PREFIX_train's staging folder: killed in its
+    renames, reading (or checking) PREFIX_train said "an export ... was interrupted; run the export again", but
+    PREFIX_val, whose .idx the commit had removed, said it "does not exist; create it with tokembed prepare" (each
+    prefix had its own staging folder, and this message, before)."""
+    import os
+
+    from test_export_safety import with_val
+    from tokembed.shards import check
+    from tokembed.shards.export import export_megatron
+
+    with_val(tmp_path / "old", 5, 40), with_val(tmp_path / "new", 6, 50)
+    prefix = tmp_path / "out" / "corpus"
+    export_megatron(tmp_path / "old", prefix, split="all")
+    real = os.replace
+
+    def replace(a, b):
+        if str(b).endswith("corpus_val.bin"):
+            raise Killed
+        return real(a, b)
+
+    monkeypatch.setattr(os, "replace", replace)
+    with pytest.raises(Killed):
+        export_megatron(tmp_path / "new", prefix, split="all", overwrite=True)
+    monkeypatch.setattr(os, "replace", real)
+    for split in ("train", "val"):
+        where = prefix.with_name(f"corpus_{split}")
+        with pytest.raises(FileNotFoundError, match=rf"an export to {where} was interrupted.*run the export again"):
+            tokembed.open_shards(where)
+        assert "interrupted" in check.check_shards(where)[0]
+    export_megatron(tmp_path / "new", prefix, split="all")  # the rerun finishes it
+    assert all(check.check_shards(prefix.with_name(f"corpus_{s}")) == [] for s in ("train", "val"))
