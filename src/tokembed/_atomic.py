@@ -286,8 +286,17 @@ def _stages(parent: Path, key: str) -> list[tuple[Path, dict[str, Any]]]:
 
 
 def interrupted_commit(parent: Path, key: str) -> Path | None:
-    """A staging folder of ``key`` whose renames were interrupted (its files complete, some not yet in place)."""
-    return next((p for p, m in _stages(parent, key) if m.get("state") == "committing"), None)
+    """A staging folder whose renames were interrupted (its files complete, some not yet in place): of ``key``, or
+    of another set with a file ``key.*`` (a Megatron export of both splits is staged under its train prefix)."""
+    found = next((p for p, m in _stages(parent, key) if m.get("state") == "committing"), None)
+    if found is not None or not parent.is_dir():
+        return found
+    for p in sorted(parent.glob(".*.staging-*")):  # only read: another key's folders are for its own runs to clear
+        m = read_marker(p) or {}
+        files = [f for f in m.get("files", []) if isinstance(f, str)]
+        if m.get("role") == "staging" and m.get("state") == "committing" and key in {Path(f).stem for f in files}:
+            return p
+    return None
 
 
 def _commit(stage: Path, targets: Sequence[Path], remove: Sequence[Path]) -> None:
