@@ -264,6 +264,16 @@ def test_accelerate_prepare_of_the_dataloader_is_refused_naming_the_fix(folder):
         prepare_dataloader(accelerator, [])
 
 
+def test_the_dataloader_view_reports_the_loaders_workers(folder):
+    """Trainers read and log a DataLoader's num_workers (Lightning warns about too few): the view reported 0 for a
+    loader that runs workers (review12)."""
+    loader = tokembed.create_dataloader(folder, batch_size=4, max_length=32, seed=2, num_workers=2)
+    dl = loader.as_dataloader()
+    assert dl.num_workers == 2 and dl.batch_size == 4 and dl.drop_last
+    plain = tokembed.create_dataloader(folder, batch_size=4, max_length=32, seed=2)
+    assert [b[0].tolist() for b in dl] == [b[0].tolist() for b in plain]  # its own workers, the same batches
+
+
 def test_accelerate_resume_mid_accumulation_on_a_process_the_saved_run_did_not_have(folder, tmp_path):
     """accelerate restores its accumulation step from a file per process (random_states_<i>.pkl); a process the
     saved run did not have (resumed at more processes) kept step 0 and started a new accumulation while the others

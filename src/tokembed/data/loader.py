@@ -535,14 +535,17 @@ class WindowDataLoader(torch.utils.data.DataLoader):
     """A `WindowLoader` seen as a ``torch.utils.data.DataLoader`` (`WindowLoader.as_dataloader`).
 
     Iterating, ``len()``, ``set_epoch``, ``state_dict`` and ``load_state_dict`` are the `WindowLoader`'s
-    (``loader``); ``batch_size`` is its windows per batch on this rank and ``drop_last`` its own. Its ``dataset``
+    (``loader``); ``batch_size`` is its windows per batch on this rank, ``drop_last`` and ``num_workers`` its own. Its ``dataset``
     is an ``IterableDataset``, so trainers that would put in a ``DistributedSampler`` of their own (Lightning
     Fabric) leave it alone: the loader deals ranks itself. A DataLoader built again from that dataset (accelerate's
     ``Accelerator.prepare``) is refused when iterated: see `tokembed.integrations.accelerate`.
     """
 
     def __init__(self, loader: WindowLoader) -> None:
-        super().__init__(_Batches(loader), batch_size=loader.batch_size, drop_last=loader.drop_last, num_workers=0)
+        # num_workers: the loader's (what trainers read and log; its own iterator starts them, not DataLoader's)
+        super().__init__(
+            _Batches(loader), batch_size=loader.batch_size, drop_last=loader.drop_last, num_workers=loader.num_workers
+        )
         self.loader = loader
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
