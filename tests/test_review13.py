@@ -84,3 +84,37 @@ def test_a_killed_megatron_export_of_both_splits_is_named_when_its_val_prefix_is
         assert "interrupted" in check.check_shards(where)[0]
     export_megatron(tmp_path / "new", prefix, split="all")  # the rerun finishes it
     assert all(check.check_shards(prefix.with_name(f"corpus_{s}")) == [] for s in ("train", "val"))
+
+
+def test_a_val_export_after_a_killed_export_of_both_splits_is_not_undone_by_the_next_train_export(tmp_path, monkeypatch):
+    """A ``--split all`` export killed in its renames leaves its set staged under PREFIX_train's name. Exporting
+    PREFIX_val alone next (``--split val``) did not finish it (it looked for PREFIX_val's staging folders only), so
+    the next PREFIX_train export finished the killed set then, renaming the killed export's val over the newer val
+    export: silently back to older data. In the uninterrupted sequence the val export is the last word on PREFIX_val."""
+    import os
+
+    import numpy as np
+    from test_export_safety import with_val
+    from tokembed.shards import megatron as mg
+    from tokembed.shards.export import export_megatron
+
+    killed, newer = with_val(tmp_path / "killed", 5, 40), with_val(tmp_path / "newer", 6, 50)
+    prefix = tmp_path / "out" / "corpus"
+    real = os.replace
+
+    def replace(a, b):
+        if str(b).endswith("corpus_val.bin"):
+            raise Killed
+        return real(a, b)
+
+    monkeypatch.setattr(os, "replace", replace)
+    with pytest.raises(Killed):
+        export_megatron(tmp_path / "killed", prefix, split="all")
+    monkeypatch.setattr(os, "replace", real)
+    val, train = prefix.with_name("corpus_val"), prefix.with_name("corpus_train")
+    export_megatron(tmp_path / "newer", val, split="val", overwrite=True)
+    export_megatron(tmp_path / "newer", train, split="train", overwrite=True)
+    for p, want in ((val, newer[1]), (train, newer[0])):
+        index = mg.read_megatron_index(p)
+        got = np.fromfile(mg.bin_path(p), dtype=index.dtype)
+        assert np.array_equal(got, want), f"{p.name} is the killed export's: {np.array_equal(got, killed[1])}"
