@@ -86,7 +86,9 @@ def test_a_killed_megatron_export_of_both_splits_is_named_when_its_val_prefix_is
     assert all(check.check_shards(prefix.with_name(f"corpus_{s}")) == [] for s in ("train", "val"))
 
 
-def test_a_val_export_after_a_killed_export_of_both_splits_is_not_undone_by_the_next_train_export(tmp_path, monkeypatch):
+def test_a_val_export_after_a_killed_export_of_both_splits_is_not_undone_by_the_next_train_export(
+    tmp_path, monkeypatch
+):
     """A ``--split all`` export killed in its renames leaves its set staged under PREFIX_train's name. Exporting
     PREFIX_val alone next (``--split val``) did not finish it (it looked for PREFIX_val's staging folders only), so
     the next PREFIX_train export finished the killed set then, renaming the killed export's val over the newer val
@@ -94,6 +96,7 @@ def test_a_val_export_after_a_killed_export_of_both_splits_is_not_undone_by_the_
     import os
 
     import numpy as np
+
     from test_export_safety import with_val
     from tokembed.shards import megatron as mg
     from tokembed.shards.export import export_megatron
