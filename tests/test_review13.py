@@ -121,3 +121,34 @@ def test_a_val_export_after_a_killed_export_of_both_splits_is_not_undone_by_the_
         index = mg.read_megatron_index(p)
         got = np.fromfile(mg.bin_path(p), dtype=index.dtype)
         assert np.array_equal(got, want), f"{p.name} is the killed export's: {np.array_equal(got, killed[1])}"
+
+
+def test_a_val_export_without_overwrite_after_a_killed_export_of_both_splits_is_refused(tmp_path, monkeypatch):
+    """Finishing the killed ``--split all`` set first (above) must not also lift the --overwrite refusal for another
+    command: in the uninterrupted sequence PREFIX_val exists and ``--split val`` without --overwrite is refused."""
+    import os
+
+    import numpy as np
+
+    from test_export_safety import with_val
+    from tokembed.shards import megatron as mg
+    from tokembed.shards.export import export_megatron
+
+    killed, _ = with_val(tmp_path / "killed", 5, 40), with_val(tmp_path / "newer", 6, 50)
+    prefix = tmp_path / "out" / "corpus"
+    real = os.replace
+
+    def replace(a, b):
+        if str(b).endswith("corpus_val.bin"):
+            raise Killed
+        return real(a, b)
+
+    monkeypatch.setattr(os, "replace", replace)
+    with pytest.raises(Killed):
+        export_megatron(tmp_path / "killed", prefix, split="all")
+    monkeypatch.setattr(os, "replace", real)
+    val = prefix.with_name("corpus_val")
+    with pytest.raises(FileExistsError, match=r"corpus_val\.(bin|idx|tokembed\.json) already exists.*--overwrite"):
+        export_megatron(tmp_path / "newer", val, split="val")
+    index = mg.read_megatron_index(val)  # the killed export, finished
+    assert np.array_equal(np.fromfile(mg.bin_path(val), dtype=index.dtype), killed[1])
