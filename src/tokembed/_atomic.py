@@ -328,7 +328,7 @@ def recover_staged(parent: Path, key: str) -> bool:
     (`_committing_with`); a set of ``key`` still being written is removed.
 
     Returns:
-        Whether an interrupted commit was completed (its files are now in place).
+        Whether an interrupted commit of ``key`` was completed (its files are now in place: a rerun replaces them).
     """
     finished = False
     for stage, marker in [*_stages(parent, key), *_committing_with(parent, key)]:  # then no later run undoes ours
@@ -336,7 +336,7 @@ def recover_staged(parent: Path, key: str) -> bool:
         if marker.get("state") == "committing" and targets:
             remove = [parent / n for n in marker.get("remove", []) if isinstance(n, str) and "/" not in n]
             _commit(stage, targets, remove)
-            finished = True
+            finished = finished or marker.get("key") == key  # another key's set: not a rerun of this export
         remove_marked(stage, [t.name for t in targets])
     return finished
 
