@@ -285,9 +285,26 @@ def _stages(parent: Path, key: str) -> list[tuple[Path, dict[str, Any]]]:
     return found
 
 
+def _committing_with(parent: Path, key: str) -> list[tuple[Path, dict[str, Any]]]:
+    """The staging folders of other keys whose renames were interrupted and whose set has a file ``key.*`` (a
+    Megatron export of both splits is staged under its train prefix's name). Only read: a set still being written
+    is for its own key's runs to clear."""
+    if not parent.is_dir():
+        return []
+    found = []
+    for p in sorted(parent.glob(".*.staging-*")):
+        m = read_marker(p) or {}
+        stems = {Path(f).stem for f in m.get("files", []) if isinstance(f, str)}
+        if m.get("role") == "staging" and m.get("key") != key and m.get("state") == "committing" and key in stems:
+            found.append((p, m))
+    return found
+
+
 def interrupted_commit(parent: Path, key: str) -> Path | None:
-    """A staging folder of ``key`` whose renames were interrupted (its files complete, some not yet in place)."""
-    return next((p for p, m in _stages(parent, key) if m.get("state") == "committing"), None)
+    """A staging folder whose renames were interrupted (its files complete, some not yet in place): of ``key``, or
+    of another set with a file ``key.*`` (`_committing_with`)."""
+    stages = [*_stages(parent, key), *_committing_with(parent, key)]
+    return next((p for p, m in stages if m.get("state") == "committing"), None)
 
 
 def _commit(stage: Path, targets: Sequence[Path], remove: Sequence[Path]) -> None:
@@ -307,18 +324,19 @@ def _commit(stage: Path, targets: Sequence[Path], remove: Sequence[Path]) -> Non
 
 def recover_staged(parent: Path, key: str) -> bool:
     """Finish what killed `staged_files` runs of ``key`` left in ``parent``: a commit that had begun is completed
-    (its files were whole and synced before the first rename); a set still being written is removed.
+    (its files were whole and synced before the first rename), also another key's whose set has a file ``key.*``
+    (`_committing_with`); a set of ``key`` still being written is removed.
 
     Returns:
-        Whether an interrupted commit was completed (its files are now in place).
+        Whether an interrupted commit of ``key`` was completed (its files are now in place: a rerun replaces them).
     """
     finished = False
-    for stage, marker in _stages(parent, key):
+    for stage, marker in [*_stages(parent, key), *_committing_with(parent, key)]:  # then no later run undoes ours
         targets = [parent / n for n in marker.get("files", []) if isinstance(n, str) and "/" not in n]
         if marker.get("state") == "committing" and targets:
             remove = [parent / n for n in marker.get("remove", []) if isinstance(n, str) and "/" not in n]
             _commit(stage, targets, remove)
-            finished = True
+            finished = finished or marker.get("key") == key  # another key's set: not a rerun of this export
         remove_marked(stage, [t.name for t in targets])
     return finished
 

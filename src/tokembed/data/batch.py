@@ -79,7 +79,7 @@ class DocumentBatch:
 
     def _map(self, fn) -> DocumentBatch:
         fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        batch = object.__new__(DocumentBatch)  # checked once (or made right): no check, no sync, per copy
+        batch = object.__new__(type(self))  # a subclass stays itself; checked once: no check, no sync, per copy
         object.__setattr__(
             batch, "__dict__", {k: fn(v) if isinstance(v, torch.Tensor) else v for k, v in fields.items()}
         )

@@ -273,8 +273,9 @@ class PackedWindows(SlidingWindowDataset):
 
     def block_reads(self, k: np.ndarray) -> list[tuple[Any, np.ndarray, list[str], np.ndarray, np.ndarray]]:
         """The blocks of a remote folder that packed windows ``k`` read: each piece's row of ``max_length + 1``
-        tokens, as `_read_remote_spans` reads them (see `SlidingWindowDataset.block_reads`); empty for local data."""
-        if not self.streamed:
+        tokens, as `_read_remote_spans` reads them (see `SlidingWindowDataset.block_reads`); empty for local data
+        and for materialized windows (read from the cache's rows: nothing to fetch)."""
+        if not self.streamed or self.materialize:
             return []
         shards, p = cast(RemoteShardSet, self._shards), self.plan
         k = np.asarray(k, dtype=np.int64).ravel()
