@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from remote_helpers import cache_bytes, make_folder, upload
@@ -38,3 +42,56 @@ def test_a_long_read_of_a_remote_split_keeps_the_cache_within_its_bound(tmp_path
     # the bound plus the blocks in use: the one being copied and the one just fetched
     assert max(seen) <= bound + 2 * BLOCK, f"the cache held {max(seen)} bytes, bound {bound}"
     assert cache_bytes(s3.cache) <= bound + 2 * BLOCK
+
+
+SILENT_SERVER = """
+import os, socket, sys, threading, time
+srv = socket.socket()
+srv.bind(("127.0.0.1", 0))
+srv.listen(64)
+held = []  # accepted, never answered
+
+
+def accept():
+    while True:
+        held.append(srv.accept()[0])
+
+
+threading.Thread(target=accept, daemon=True).start()
+os.environ["AWS_ENDPOINT_URL"] = f"http://127.0.0.1:{srv.getsockname()[1]}"
+import tokembed
+
+t = time.monotonic()
+try:
+    tokembed.open_shards("s3://bucket/data", storage_options={"config_kwargs": {"read_timeout": 2, "connect_timeout": 2}})
+except Exception as e:
+    print("ERROR", type(e).__name__, e)
+print("SECONDS", time.monotonic() - t, "CONNECTIONS", len(held))
+"""
+
+
+def test_an_endpoint_that_never_answers_fails_after_tokembeds_retries_not_the_clients_nested_ones(tmp_path):
+    """A server that accepts connections and never answers: with TOKEMBED_RETRIES=2 and a read timeout of 2 s,
+    opening a folder took minutes (s3fs retries each request 5 times, inside a 5-times retry of its own read, and
+    botocore 5 times inside each: 50 connections per tokembed attempt), the documented retries meaning nothing."""
+    env = {
+        **os.environ,
+        "AWS_ACCESS_KEY_ID": "review14-key",
+        "AWS_SECRET_ACCESS_KEY": "review14-secret",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_CONFIG_FILE": str(tmp_path / "none"),
+        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
+        "TOKEMBED_CACHE_DIR": str(tmp_path / "cache"),
+        "TOKEMBED_RETRIES": "2",
+        "TOKEMBED_RETRY_WAIT": "0.1",
+    }
+    try:
+        out = subprocess.run([sys.executable, "-c", SILENT_SERVER], env=env, capture_output=True, text=True, timeout=90)
+    except subprocess.TimeoutExpired:
+        pytest.fail("opening a folder at a silent endpoint still had no answer after 90 s (2 retries of 2 s)")
+    assert "ERROR RemoteError" in out.stdout, out.stdout + out.stderr
+    assert "s3://bucket/data/manifest.json failed 2 times" in out.stdout
+    assert "review14-secret" not in out.stdout + out.stderr
+    seconds = float(out.stdout.split("SECONDS ")[1].split()[0])
+    connections = int(out.stdout.split("CONNECTIONS ")[1].split()[0])
+    assert seconds < 30 and connections <= 2 * 2, out.stdout
