@@ -39,6 +39,9 @@ _T = TypeVar("_T")
 _NOT_TRANSIENT = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, FileExistsError)
 # A request the server refused as malformed (s3fs's codes for 400, 405, 501, ...): trying again cannot help
 _BAD_REQUEST = {errno.EINVAL, errno.EPERM, errno.ENOSYS, errno.EMSGSIZE, errno.ENAMETOOLONG, errno.ENOTEMPTY}
+# botocore's timeouts (s3fs's own defaults) and a single attempt: a server that never answers fails after
+# TOKEMBED_RETRIES reads of ``read_timeout`` seconds, not after botocore's 5 x s3fs's 5 x 5 nested retries (minutes)
+_S3_CONFIG = {"connect_timeout": 5, "read_timeout": 15, "retries": {"max_attempts": 1}}
 _METADATA_KW = {"s3": "Metadata", "gs": "metadata", "az": "metadata", "abfs": "metadata"}  # user metadata on upload
 
 
@@ -133,7 +136,13 @@ class Store:
         import fsspec
 
         cls = fsspec.get_filesystem_class(self.scheme.protocol)
-        return cls(skip_instance_cache=True, **self.storage_options)
+        options = dict(self.storage_options)
+        if self.scheme.protocol == "s3":  # one try per request: `_call` retries (TOKEMBED_RETRIES), nothing nests
+            options["config_kwargs"] = {**_S3_CONFIG, **options.get("config_kwargs", {})}
+        client = cls(skip_instance_cache=True, **options)
+        if self.scheme.protocol == "s3":
+            client.retries = 1  # s3fs's own retries (5, and 5 more around each read) are a class attribute
+        return client
 
     def client(self) -> Any:
         """This process's client (made on first use, again after a fork)."""
