@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -95,3 +96,34 @@ def test_an_endpoint_that_never_answers_fails_after_tokembeds_retries_not_the_cl
     seconds = float(out.stdout.split("SECONDS ")[1].split()[0])
     connections = int(out.stdout.split("CONNECTIONS ")[1].split()[0])
     assert seconds < 30 and connections <= 2 * 2, out.stdout
+
+
+def test_concurrent_readers_of_a_cache_smaller_than_one_block_all_get_their_tokens(tmp_path, s3):
+    """A cache smaller than one block admits a block that is needed anyway (docs/remote.md); but with several
+    readers, another reader's admission evicted a block between its fetch and its pin, and after four such losses
+    ``pin`` raised "the block was evicted four times before use": a failed read, not a slower one."""
+    local = tmp_path / "local"
+    make_folder(local, n_tokens=30_000, n_shards=2, block_bytes=1024)
+    url = s3.url("tiny")
+    upload(local, url)
+    want = tokembed.open_shards(local)
+    want = want.read(0, want.n_tokens)
+    errors: list[str] = []
+
+    def run(seed: int) -> None:
+        ss = tokembed.open_shards(url, cache_dir=s3.cache, cache_bytes=1)
+        rng = np.random.default_rng(seed)
+        for _ in range(150):
+            a = int(rng.integers(0, ss.n_tokens - 2000))
+            try:
+                assert np.array_equal(ss.read(a, a + 2000), want[a : a + 2000])
+            except Exception as e:  # noqa: BLE001 (reported below)
+                errors.append(repr(e))
+                return
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
