@@ -9,7 +9,7 @@ import threading
 
 import numpy as np
 import pytest
-from remote_helpers import cache_bytes, make_folder, upload
+from remote_helpers import cache_bytes, make_folder, put_bytes, upload
 
 import tokembed
 from tokembed.storage.cache import FolderBlocks
@@ -127,3 +127,21 @@ def test_concurrent_readers_of_a_cache_smaller_than_one_block_all_get_their_toke
     for t in threads:
         t.join()
     assert errors == []
+
+
+def test_rerunning_a_finished_prepare_after_a_remote_input_changed_prepares_it_again(s3, tmp_path):
+    """A local input edited in place (same size) is seen by a rerun of a finished prepare (its modification time),
+    which prepares it again; a remote input was recorded with no time, so the rerun kept the shards of the old
+    bytes: the folder silently no longer matched its inputs."""
+    url = f"{s3.url('in')}/story.txt"
+    old = ("I HAD always thought Jack Gisburn rather a cheap genius. " * 40).encode()
+    new = old.replace(b"cheap", b"great")
+    assert len(new) == len(old)
+    put_bytes(url, old)
+    tokembed.prepare_corpus([url], tmp_path / "r", shard_mb=0.01)
+    put_bytes(url, new)
+    got = tokembed.prepare_corpus([url], tmp_path / "r", shard_mb=0.01)
+    (tmp_path / "story.txt").write_bytes(new)
+    want = tokembed.prepare_corpus([tmp_path / "story.txt"], tmp_path / "l", shard_mb=0.01)
+    a, b = tokembed.open_shards(got.out), tokembed.open_shards(want.out)
+    assert a.n_tokens == b.n_tokens and np.array_equal(a.read(0, a.n_tokens), b.read(0, b.n_tokens))
