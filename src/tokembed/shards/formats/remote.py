@@ -49,6 +49,11 @@ class RemoteInput:
             self._size = self.store.size(self.key)
         return self._size
 
+    @property
+    def mtime_ns(self) -> int | None:
+        """When the object was last written (the manifest records it as a local file's modification time)."""
+        return self.store.modified_ns(self.key)
+
     def read_at(self, offset: int, n: int) -> bytes:
         end = min(self.size, offset + n)
         return self.store.read(self.key, offset, end) if end > offset else b""
