@@ -1,0 +1,58 @@
+"""review15: checkpoints never lose what a user or an earlier run left (found by an adversarial review).
+
+Each test failed before its fix; the reference is what the user had on disk before the command.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from conftest import STORY
+from tokembed import TrainConfig, train
+
+# The story as bytes (257 ids) and a tiny model: what is tested is the saves.
+SHAPE = {"context_length": 16, "dim": 16, "n_layers": 1, "n_heads": 2}
+
+
+def cfg(out: Path, **kw) -> TrainConfig:
+    base = dict(data=str(STORY), out=str(out), max_length=16, batch_size=4, max_steps=2, tokenizer="bytes")
+    return TrainConfig(**{**base, "eval_interval": 100, "eval_batches": 1, "checkpoint_interval": 1, **kw})
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+class Killed(BaseException):
+    """A SIGKILL at that point: nothing after it runs (no handler catches a BaseException of this kind)."""
+
+
+def test_a_new_run_into_an_out_whose_save_was_killed_between_its_renames_is_refused(tmp_path, monkeypatch):
+    """A save killed between its two renames leaves no ``run`` but the run's previous checkpoints beside it. The same
+    command without --resume started a new run there, and its saves pruned the old run's checkpoints (all of them)."""
+    import tokembed.model.checkpoint as checkpoint
+
+    out = tmp_path / "run"
+    real = os.replace
+
+    def killed_at_step_3(src, dst):
+        if Path(dst) == out and json.loads((Path(src) / "config.json").read_text())["step"] == 3:
+            raise Killed  # the previous checkpoint is run.step-0000002, the new one still run.tmp-XXXX
+        return real(src, dst)
+
+    monkeypatch.setattr(checkpoint.os, "replace", killed_at_step_3)
+    with pytest.raises(Killed):
+        train(cfg(out, max_steps=4, keep_checkpoints=2), SHAPE, progress=False)
+    monkeypatch.setattr(checkpoint.os, "replace", real)
+    kept = {p.name: tree(p) for p in tmp_path.glob("run.step-*")}
+    assert sorted(kept) == ["run.step-0000001", "run.step-0000002"]
+    with pytest.raises(FileExistsError, match=r"run\.step-0000002 \(step 2\).*--resume"):
+        train(cfg(out, max_steps=6, keep_checkpoints=2), SHAPE, progress=False)
+    assert {p.name: tree(p) for p in tmp_path.glob("run.step-*")} == kept  # nothing of the old run was touched
+    assert not out.exists()
+    train(cfg(out, max_steps=4, keep_checkpoints=2), resume=True, progress=False)  # what the message says: resumes
+    assert json.loads((out / "config.json").read_text())["step"] == 4
