@@ -54,5 +54,6 @@ def test_a_new_run_into_an_out_whose_save_was_killed_between_its_renames_is_refu
         train(cfg(out, max_steps=6, keep_checkpoints=2), SHAPE, progress=False)
     assert {p.name: tree(p) for p in tmp_path.glob("run.step-*")} == kept  # nothing of the old run was touched
     assert not out.exists()
-    train(cfg(out, max_steps=4, keep_checkpoints=2), resume=True, progress=False)  # what the message says: resumes
+    with pytest.warns(UserWarning, match="resuming from the previous checkpoint"):  # what the message says to do
+        train(cfg(out, max_steps=4, keep_checkpoints=2), resume=True, progress=False)
     assert json.loads((out / "config.json").read_text())["step"] == 4

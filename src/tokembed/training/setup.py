@@ -89,11 +89,16 @@ def saved_run(out: Path, *, resume: bool | str, allow_unverified: bool = False) 
         config = read_checkpoint_config(out)
         state = read_checkpoint_file(out, "state.json", lambda p: json.loads(p.read_text(encoding="utf-8")))
         return Saved(config, state.get("data"), _saved_global_batch(config["train"], state))
+    hint = interrupted_save_hint(out)  # a save killed between its two renames left the checkpoint beside
     if resume:
-        hint = interrupted_save_hint(out)  # a save killed between its two renames left the checkpoint beside
         if hint:
             raise FileNotFoundError(f"checkpoint {out} does not exist{hint}")
         raise FileNotFoundError(f"nothing to resume: {out} does not exist; drop resume (--resume) to start a new run")
+    if hint:  # a new run's saves would take that run's checkpoints for their own and prune them
+        raise FileExistsError(
+            f"cannot start a new run in {out}{hint}; pass resume=True (--resume) to continue it, or choose another "
+            "out directory"
+        )
     return None
 
 
