@@ -57,3 +57,26 @@ def test_a_new_run_into_an_out_whose_save_was_killed_between_its_renames_is_refu
     with pytest.warns(UserWarning, match="resuming from the previous checkpoint"):  # what the message says to do
         train(cfg(out, max_steps=4, keep_checkpoints=2), resume=True, progress=False)
     assert json.loads((out / "config.json").read_text())["step"] == 4
+
+
+def test_save_checkpoint_into_a_folder_that_is_no_checkpoint_keeps_the_users_files(tmp_path):
+    """`tokembed.save_checkpoint(path, ...)` on a user's folder (here a Hugging Face model's: config.json,
+    model.safetensors) retired it as a previous checkpoint and pruned it: the user's files of the names a checkpoint
+    writes were deleted (the module promises only files tokembed wrote are ever removed)."""
+    from tokembed import GPT, GPTConfig, save_checkpoint
+
+    folder = tmp_path / "my-model"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"model_type": "gpt2"}')
+    (folder / "model.safetensors").write_bytes(b"the user's weights")
+    (folder / "tokenizer.json").write_text("{}")
+    before = tree(tmp_path)
+    model = GPT(GPTConfig(vocab_size=257, context_length=16, dim=16, n_layers=1, n_heads=2, eot_token=256))
+    with pytest.raises(FileExistsError, match=r"my-model is not a tokembed checkpoint .*config\.json.*another folder"):
+        save_checkpoint(folder, model)
+    assert tree(tmp_path) == before
+    (tmp_path / "empty").mkdir()  # an empty folder made for it is fine
+    save_checkpoint(tmp_path / "empty", model)
+    save_checkpoint(tmp_path / "empty", model, step=1, keep=2)  # and a checkpoint is replaced, as always
+    assert json.loads((tmp_path / "empty" / "config.json").read_text())["step"] == 1
+    assert (tmp_path / "empty.step-0000000" / "config.json").is_file()
