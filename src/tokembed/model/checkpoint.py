@@ -150,6 +150,11 @@ def save_checkpoint(
     keep = check_positive_int("keep", keep)
     if path.exists() and not path.is_dir():
         raise NotADirectoryError(f"checkpoint {path} is a file; give a folder path for the checkpoint")
+    if path.is_dir() and not _replaceable(path):  # retiring it would prune a user's config.json, model.safetensors
+        raise FileExistsError(
+            f"{path} is not a tokembed checkpoint (its config.json is not one, or it has none) and is not empty; "
+            "save the checkpoint into another folder, or move its files out"
+        )
     path.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale_saves(path)
     tmp = Path(tempfile.mkdtemp(prefix=f"{path.name}.tmp-", dir=path.parent))
@@ -186,6 +191,19 @@ def save_checkpoint(
         raise
     _swap_in(tmp, path, keep=keep)
     return path
+
+
+def _replaceable(path: Path) -> bool:
+    """Whether a save may replace the existing folder ``path``: an empty one, or a tokembed checkpoint (its
+    config.json or its sha256.json says so: a checkpoint with a damaged config.json is still one)."""
+    if not any(path.iterdir()):
+        return True
+    for name, kind in (("config.json", CHECKPOINT_FORMAT), (CHECKSUMS, _CHECKSUMS_FORMAT)):
+        with contextlib.suppress(OSError, ValueError):
+            doc = json.loads((path / name).read_text(encoding="utf-8"))
+            if isinstance(doc, dict) and doc.get("format") == kind:
+                return True
+    return False
 
 
 def _write_contents(
