@@ -80,3 +80,19 @@ def test_save_checkpoint_into_a_folder_that_is_no_checkpoint_keeps_the_users_fil
     save_checkpoint(tmp_path / "empty", model, step=1, keep=2)  # and a checkpoint is replaced, as always
     assert json.loads((tmp_path / "empty" / "config.json").read_text())["step"] == 1
     assert (tmp_path / "empty.step-0000000" / "config.json").is_file()
+
+
+def test_saves_through_an_out_that_is_a_symlink_keep_the_link_and_write_where_it_points(tmp_path):
+    """``runs/run -> /big/run`` (checkpoints on another disk): a resumed run's first save renamed the link itself to
+    ``runs/run.step-N`` and wrote the new checkpoint as a real folder in ``runs/`` (the small disk); the kept
+    checkpoints beside the target were never pruned again (keep_checkpoints not held)."""
+    (tmp_path / "big").mkdir()
+    (tmp_path / "runs").mkdir()
+    target, link = tmp_path / "big" / "run", tmp_path / "runs" / "run"
+    train(cfg(target, keep_checkpoints=2), SHAPE, progress=False)
+    link.symlink_to(target, target_is_directory=True)
+    train(cfg(link, max_steps=5, keep_checkpoints=2), resume=True, progress=False)
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["run"]  # nothing else on the link's disk
+    assert sorted(p.name for p in (tmp_path / "big").iterdir()) == ["run", "run.step-0000004"]  # keep 2
+    assert json.loads((target / "config.json").read_text())["step"] == 5
