@@ -82,7 +82,7 @@ def test_save_checkpoint_into_a_folder_that_is_no_checkpoint_keeps_the_users_fil
     assert (tmp_path / "empty.step-0000000" / "config.json").is_file()
 
 
-def test_saves_through_an_out_that_is_a_symlink_keep_the_link_and_write_where_it_points(tmp_path):
+def test_saves_through_an_out_that_is_a_symlink_keep_the_link_and_write_where_it_points(tmp_path, monkeypatch):
     """``runs/run -> /big/run`` (checkpoints on another disk): a resumed run's first save renamed the link itself to
     ``runs/run.step-N`` and wrote the new checkpoint as a real folder in ``runs/`` (the small disk); the kept
     checkpoints beside the target were never pruned again (keep_checkpoints not held)."""
@@ -96,3 +96,22 @@ def test_saves_through_an_out_that_is_a_symlink_keep_the_link_and_write_where_it
     assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["run"]  # nothing else on the link's disk
     assert sorted(p.name for p in (tmp_path / "big").iterdir()) == ["run", "run.step-0000004"]  # keep 2
     assert json.loads((target / "config.json").read_text())["step"] == 5
+    import tokembed.model.checkpoint as checkpoint
+
+    real = os.replace
+
+    def killed_before_the_new_one_is_in(src, dst):
+        if os.path.realpath(dst) == os.path.realpath(target):
+            raise Killed
+        return real(src, dst)
+
+    monkeypatch.setattr(checkpoint.os, "replace", killed_before_the_new_one_is_in)
+    with pytest.raises(Killed):  # killed between the renames: the link dangles, run.step-0000005 is beside the target
+        train(cfg(link, max_steps=6, keep_checkpoints=2), resume=True, progress=False)
+    monkeypatch.setattr(checkpoint.os, "replace", real)
+    assert not link.exists() and link.is_symlink()
+    with pytest.raises(FileExistsError, match=r"run\.step-0000005 \(step 5\)"):
+        train(cfg(link, max_steps=6, keep_checkpoints=2), SHAPE, progress=False)
+    with pytest.warns(UserWarning, match="resuming from the previous checkpoint"):
+        train(cfg(link, max_steps=6, keep_checkpoints=2), resume=True, progress=False)
+    assert link.is_symlink() and json.loads((link / "config.json").read_text())["step"] == 6

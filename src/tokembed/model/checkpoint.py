@@ -20,7 +20,9 @@ into the new one. Of the previous checkpoints, the newest ``keep - 1`` stay (``-
 Only folders whose marker names them, and in them only the files tokembed wrote, are ever removed: a user's
 ``CKPT.tmp-mydata/`` or ``CKPT.old-backup/`` is never touched. If the process dies between the two renames, there is
 no ``CKPT`` and the previous checkpoint is the newest ``CKPT.step-*``; resuming takes the newest complete one
-(`resume_checkpoint`). Folders and files get the modes ``open`` gives (the umask).
+(`resume_checkpoint`). Folders and files get the modes ``open`` gives (the umask). A ``CKPT`` that is a symbolic
+link stays one: the saves and the kept checkpoints go beside the folder it points to. A folder that is not empty
+and not a tokembed checkpoint is never saved over (its ``config.json`` could be a user's).
 
 Reading verifies every file against ``sha256.json`` first (`verify_checkpoint`: ``load_checkpoint`` and so
 ``eval``, ``inspect`` and ``report``, and ``--resume``), so a flipped bit anywhere, sha256.json included, is an
@@ -146,7 +148,7 @@ def save_checkpoint(
         keep: how many checkpoints to keep: this one and the ``keep - 1`` newest previous ones
             (``CKPT.step-NNNNNNN`` beside it).
     """
-    path = local_path(path, what="the checkpoint")
+    path = _through_link(local_path(path, what="the checkpoint"))
     keep = check_positive_int("keep", keep)
     if path.exists() and not path.is_dir():
         raise NotADirectoryError(f"checkpoint {path} is a file; give a folder path for the checkpoint")
@@ -296,9 +298,16 @@ def _own_names(folder: Path) -> set[str]:
     return names
 
 
+def _through_link(path: Path) -> Path:
+    """Where a checkpoint ``path`` that is a symbolic link points (dangling too: a save killed between its renames):
+    saves and their kept checkpoints go there, and the link stays a link."""
+    return Path(os.path.realpath(path)) if path.is_symlink() else path
+
+
 def kept_checkpoints(path: str | os.PathLike) -> list[tuple[int, Path]]:
-    """The previous checkpoints kept beside ``path`` (``CKPT.step-NNNNNNN``, marked by tokembed), newest first."""
-    path = Path(path)
+    """The previous checkpoints kept beside ``path`` (``CKPT.step-NNNNNNN``, marked by tokembed), newest first;
+    beside the folder it points to when ``path`` is a symbolic link."""
+    path = _through_link(Path(path))
     found = []
     for p in path.parent.glob(f"{glob.escape(path.name)}.step-*") if path.parent.is_dir() else []:
         marker = read_marker(p)
@@ -382,7 +391,7 @@ def resume_checkpoint(path: str | os.PathLike, *, allow_unverified: bool = False
     ``path`` is moved aside to ``CKPT.damaged-XXXX`` first (never deleted). Otherwise a damaged ``path`` is an
     error naming the damaged file, before anything else is read from it.
     """
-    path = Path(path)
+    path = _through_link(Path(path))
     kept = kept_checkpoints(path)
     problem = "missing (a save was interrupted between its renames)"
     if path.is_dir():
@@ -416,6 +425,7 @@ def resume_checkpoint(path: str | os.PathLike, *, allow_unverified: bool = False
 
 def interrupted_save_hint(path: Path) -> str:
     """For a missing checkpoint ``path``: where the previous one is when a save was killed between its renames."""
+    path = _through_link(path)
     kept = kept_checkpoints(path)
     if kept:
         return f"; a save was interrupted: the previous checkpoint is {kept[0][1]} (step {kept[0][0]}), which --resume continues"
