@@ -115,3 +115,21 @@ def test_saves_through_an_out_that_is_a_symlink_keep_the_link_and_write_where_it
     with pytest.warns(UserWarning, match="resuming from the previous checkpoint"):
         train(cfg(link, max_steps=6, keep_checkpoints=2), resume=True, progress=False)
     assert link.is_symlink() and json.loads((link / "config.json").read_text())["step"] == 6
+
+
+def test_a_schedule_file_naming_one_source_twice_is_refused_not_merged(tmp_path):
+    """Two names (or two spellings) of one folder in a phase's weights: the file's weights became a dict keyed by
+    path, so the first weight was dropped silently (web 0.5 + web2 0.2 + code 0.3 read as web 0.4, code 0.6),
+    where a `Mixture` given the same refuses "listed twice"."""
+    from test_phases import make_sources
+    from tokembed import load_schedule
+
+    make_sources(tmp_path, [3, 3])  # s0, s1
+    schedule = tmp_path / "schedule.toml"
+    schedule.write_text('[sources]\nweb = "s0"\nweb2 = "./s0"\ncode = "s1"\n[[phases]]\nstart = 0\n'
+                        "weights = { web = 0.5, web2 = 0.2, code = 0.3 }\n")  # fmt: skip
+    with pytest.raises(ValueError, match=r"phase 1 .*s0 is listed twice.*give each source once"):
+        load_schedule(schedule)
+    schedule.write_text('[[phases]]\nstart = 0\nweights = { "s0" = 0.5, "./s0" = 0.2, "s1" = 0.3 }\n')
+    with pytest.raises(ValueError, match=r"phase 1 .*s0 is listed twice"):
+        load_schedule(schedule)
