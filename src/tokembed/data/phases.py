@@ -446,8 +446,8 @@ def load_schedule(path: str | os.PathLike) -> PhasedMixture:
         if not isinstance(ph, dict):
             raise ValueError(f"{path}: phase {k + 1} must be a table with start and weights, got {ph!r}")
         weights = ph.get("weights")
-        if isinstance(weights, dict):
-            weights = {_source_path(key, names, path, k + 1): w for key, w in weights.items()}
+        if isinstance(weights, dict):  # pairs, not a dict by path: two names of one folder are refused, not merged
+            weights = [(_source_path(key, names, path, k + 1), w) for key, w in weights.items()]
         phases.append({**ph, "weights": weights} if "weights" in ph else ph)
     return PhasedMixture(phases, seed=data.get("seed", 0))
 
