@@ -133,3 +133,20 @@ def test_a_schedule_file_naming_one_source_twice_is_refused_not_merged(tmp_path)
     schedule.write_text('[[phases]]\nstart = 0\nweights = { "s0" = 0.5, "./s0" = 0.2, "s1" = 0.3 }\n')
     with pytest.raises(ValueError, match=r"phase 1 .*s0 is listed twice"):
         load_schedule(schedule)
+
+
+def test_a_save_never_removes_the_save_in_progress_of_another_checkpoint_whose_name_extends_its_own(tmp_path):
+    """Leftovers of killed saves of ``run`` are ``run.tmp-XXXXXXXX``; a save of ``run`` removed every marked save
+    folder named ``run.tmp-*``, also the one another process was writing for its checkpoint ``run.tmp-b`` (saves
+    ``run.tmp-b.tmp-XXXXXXXX``), which then failed."""
+    from tokembed import GPT, GPTConfig, save_checkpoint
+
+    model = GPT(GPTConfig(vocab_size=257, context_length=16, dim=16, n_layers=1, n_heads=2, eot_token=256))
+
+    def meanwhile_run_saves(path: Path) -> None:  # while run.tmp-b's save is being written
+        path.write_text("b's extra file")
+        save_checkpoint(tmp_path / "run", model)
+
+    save_checkpoint(tmp_path / "run.tmp-b", model, extra_files={"note.txt": meanwhile_run_saves})
+    assert (tmp_path / "run.tmp-b" / "note.txt").read_text() == "b's extra file"
+    assert (tmp_path / "run" / "config.json").is_file()
