@@ -162,7 +162,7 @@ def save_checkpoint(
     tmp = Path(tempfile.mkdtemp(prefix=f"{path.name}.tmp-", dir=path.parent))
     own = [*OWN_FILES, *(extra_files or {})]
     try:
-        write_marker(tmp, role="save", files=own)  # first: from here on a killed save is recognised as one
+        write_marker(tmp, role="save", of=path.name, files=own)  # first: from here on a killed save is one
         os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700; give the mode mkdir would
         _write_contents(
             tmp,
@@ -258,12 +258,13 @@ def _sha256(path: Path) -> str:
 
 def _remove_stale_saves(path: Path) -> None:
     """Delete what killed saves of ``path`` left beside it: ``CKPT.tmp-*`` folders that tokembed marked as its saves
-    (never complete), and in them only the files a save writes. A folder that merely has such a name is kept."""
+    (never complete), and in them only the files a save writes. A folder that merely has such a name is kept, and
+    so is a save of another checkpoint whose name starts so (``CKPT.tmp-b``'s saves are ``CKPT.tmp-b.tmp-*``)."""
     for p in path.parent.glob(f"{glob.escape(path.name)}.tmp-*"):
         if remove_unmarked_start(p, f"{path.name}.tmp-"):  # killed before its marker was written
             continue
         marker = read_marker(p)
-        if marker is not None and marker.get("role") == "save":
+        if marker is not None and marker.get("role") == "save" and marker.get("of", path.name) == path.name:
             with contextlib.suppress(OSError):
                 remove_marked(p, marker.get("files", OWN_FILES))
 
