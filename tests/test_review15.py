@@ -150,3 +150,22 @@ def test_a_save_never_removes_the_save_in_progress_of_another_checkpoint_whose_n
     save_checkpoint(tmp_path / "run.tmp-b", model, extra_files={"note.txt": meanwhile_run_saves})
     assert (tmp_path / "run.tmp-b" / "note.txt").read_text() == "b's extra file"
     assert (tmp_path / "run" / "config.json").is_file()
+
+
+def test_a_mixture_resumes_with_the_same_weights_written_another_way(tmp_path, capsys):
+    """``--source a:7 --source b:3`` is the mixture ``a:0.7 b:0.3`` (weights are relative: the same schedule, the
+    same batches), but a resume given it was refused "trained on Mixture({a: 0.7, b: 0.3}), not Mixture({a: 0.7,
+    b: 0.3})": the raw numbers were compared. Other weights are still refused."""
+    from test_phases import make_sources
+    from tokembed.cli import main
+
+    a, b = make_sources(tmp_path, [40, 7])
+    common = ["--out", str(tmp_path / "run"), "--max-length", "8", "--batch-size", "6", "--steps", "6",
+              "--eval-interval", "100", "--dim", "16", "--layers", "1", "--heads", "2", "-q"]  # fmt: skip
+    assert main(["train", "--source", f"{a}:0.7", "--source", f"{b}:0.3", "--stop-at", "3", *common]) == 0
+    assert main(["train", "--source", f"{a}:0.6", "--source", f"{b}:0.4", "--resume", *common]) == 2
+    assert "not Mixture" in capsys.readouterr().err
+    assert main(["train", "--source", f"{a}:7", "--source", f"{b}:3", "--resume", *common]) == 0, (
+        capsys.readouterr().err
+    )
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["step"] == 6
