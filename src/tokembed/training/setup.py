@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from tokembed.data.phases import schedule_decides, spec_paths
+from tokembed.data.schedule import quota_period
 from tokembed.model.checkpoint import (
     interrupted_save_hint,
     read_checkpoint_config,
@@ -268,12 +269,15 @@ def _check_same_mixing(recorded: str | dict, data: str | dict) -> None:
     if schedule_decides(recorded, data):
         return
 
+    def shares(pairs: list) -> tuple[list[int], int]:  # weights are relative: 7, 3 is 0.7, 0.3 (the same schedule)
+        return quota_period([float(w) for _, w in pairs])
+
     def mixing(d: str | dict) -> object:
         if not isinstance(d, dict):
             return None
         if "phases" in d:
-            return [(ph["start"], [w for _, w in ph["sources"]]) for ph in d["phases"]], d["seed"]
-        return [w for _, w in d["sources"]], d["seed"]
+            return [(ph["start"], shares(ph["sources"])) for ph in d["phases"]], d["seed"]
+        return shares(d["sources"]), d["seed"]
 
     if isinstance(recorded, dict) != isinstance(data, dict) or mixing(recorded) != mixing(data):
         raise ValueError(f"--resume: the checkpoint was trained on {_name(recorded)}, not {_name(data)}")
