@@ -169,3 +169,37 @@ def test_a_mixture_resumes_with_the_same_weights_written_another_way(tmp_path, c
         capsys.readouterr().err
     )
     assert json.loads((tmp_path / "run" / "config.json").read_text())["step"] == 6
+
+
+@pytest.mark.parametrize("left", ["missing", "damaged"])
+def test_ranks_that_repair_a_killed_save_at_once_leave_the_restored_checkpoint_in_place(tmp_path, monkeypatch, left):
+    """Under torchrun every rank runs `resume_checkpoint` as it starts. When one rank restored ``run`` from
+    ``run.step-N`` just after another had verified ``run.step-N``, the second one moved the restored (good)
+    checkpoint aside to ``run.damaged-XXXX`` and failed (FileNotFoundError): the run was gone from ``run``."""
+    import tokembed.model.checkpoint as checkpoint
+
+    out = tmp_path / "run"
+    train(cfg(out, max_steps=3, keep_checkpoints=2), SHAPE, progress=False)
+    if left == "missing":  # killed between the renames: run.step-0000002 (complete) is beside, no run
+        os.rename(out, tmp_path / "lost")
+    else:
+        (out / "log.json").write_text("{}")  # run fails its checksums; run.step-0000002 is complete
+    verify = checkpoint.verify_checkpoint
+    overtaken = []
+
+    def the_other_rank_finishes_first(path, **kw):
+        verified = verify(path, **kw)
+        if Path(path).name == "run.step-0000002" and not overtaken:
+            overtaken.append(True)
+            checkpoint.resume_checkpoint(out)  # rank 0: the whole repair, just after this rank verified
+        return verified
+
+    monkeypatch.setattr(checkpoint, "verify_checkpoint", the_other_rank_finishes_first)
+    with pytest.warns(UserWarning, match="resuming from the previous checkpoint"):
+        checkpoint.resume_checkpoint(out)  # rank 1
+    monkeypatch.setattr(checkpoint, "verify_checkpoint", verify)
+    assert overtaken
+    assert json.loads((out / "config.json").read_text())["step"] == 2
+    checkpoint.verify_checkpoint(out)
+    aside = sorted(p.name for p in tmp_path.glob("run.damaged-*"))
+    assert len(aside) == (left == "damaged")  # the damaged one once, never the restored one
