@@ -390,10 +390,12 @@ def resume_checkpoint(path: str | os.PathLike, *, allow_unverified: bool = False
     When ``path`` is missing (a save killed between its renames) or fails its checksums while a kept previous
     checkpoint (``CKPT.step-*``) is complete, that one is renamed to ``path`` and a warning says so; a damaged
     ``path`` is moved aside to ``CKPT.damaged-XXXX`` first (never deleted). Otherwise a damaged ``path`` is an
-    error naming the damaged file, before anything else is read from it.
+    error naming the damaged file, before anything else is read from it. Processes that run this at once (the
+    ranks of a torchrun job) leave the checkpoint the first of them restored in place.
     """
     path = _through_link(Path(path))
     kept = kept_checkpoints(path)
+    seen = _inode(path)  # every rank of a torchrun job runs this at once: the first to rename restores it
     problem = "missing (a save was interrupted between its renames)"
     if path.is_dir():
         try:
@@ -409,12 +411,19 @@ def resume_checkpoint(path: str | os.PathLike, *, allow_unverified: bool = False
             verify_checkpoint(previous)
         except (OSError, ValueError):
             continue
+        if _inode(path) != seen and _whole(path, allow_unverified):  # another process (a rank) restored it meanwhile
+            return
         aside = ""
         if path.exists():
             moved = Path(tempfile.mkdtemp(prefix=f"{path.name}.damaged-", dir=path.parent))
             os.replace(path, moved)  # over the empty folder mkdtemp made
             aside = f"; it was moved to {moved}"
-        os.replace(previous, path)
+        try:
+            os.replace(previous, path)
+        except FileNotFoundError:  # another process renamed it first: that is the restored checkpoint
+            if _whole(path, allow_unverified):
+                return
+            raise
         (path / MARKER).unlink(missing_ok=True)
         fsync_dir(path.parent)
         warnings.warn(
@@ -422,6 +431,23 @@ def resume_checkpoint(path: str | os.PathLike, *, allow_unverified: bool = False
             stacklevel=2,
         )
         return
+
+
+def _inode(path: Path) -> int | None:
+    try:
+        return os.stat(path).st_ino
+    except OSError:
+        return None
+
+
+def _whole(path: Path, allow_unverified: bool) -> bool:
+    """Whether ``path`` is a checkpoint that reads and verifies."""
+    try:
+        read_checkpoint_config(path)
+        verify_checkpoint(path, allow_unverified=allow_unverified)
+    except (OSError, ValueError):
+        return False
+    return True
 
 
 def interrupted_save_hint(path: Path) -> str:
