@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
@@ -203,3 +204,14 @@ def test_ranks_that_repair_a_killed_save_at_once_leave_the_restored_checkpoint_i
     checkpoint.verify_checkpoint(out)
     aside = sorted(p.name for p in tmp_path.glob("run.damaged-*"))
     assert len(aside) == (left == "damaged")  # the damaged one once, never the restored one
+
+
+def test_weights_whose_sum_overflows_a_float_are_still_relative(tmp_path):
+    """Weights are relative, so 1.5e308 and 1.5e308 are one half each; quota_of summed them as floats first and
+    raised a bare ``OverflowError: intermediate overflow in fsum`` naming nothing."""
+    from test_phases import make_sources
+    from tokembed import Mixture, PhasedMixture
+
+    a, b = make_sources(tmp_path, [3, 3])
+    assert Mixture({a: 1.5e308, b: 1.5e308}).weights == (Fraction(1, 2), Fraction(1, 2))
+    assert PhasedMixture([(0, {a: 1.5e308, b: 1.5e308})]).phases[0].weights == (Fraction(1, 2), Fraction(1, 2))
