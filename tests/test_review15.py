@@ -215,3 +215,24 @@ def test_weights_whose_sum_overflows_a_float_are_still_relative(tmp_path):
     a, b = make_sources(tmp_path, [3, 3])
     assert Mixture({a: 1.5e308, b: 1.5e308}).weights == (Fraction(1, 2), Fraction(1, 2))
     assert PhasedMixture([(0, {a: 1.5e308, b: 1.5e308})]).phases[0].weights == (Fraction(1, 2), Fraction(1, 2))
+
+
+def test_a_schedule_files_weights_as_pairs_are_relative_to_the_file_as_a_table_is(tmp_path, monkeypatch):
+    """``weights = [["s0", 1]]`` (pairs, the form `PhasedMixture` takes) in a schedule file named ``s0`` relative to
+    the working directory, where a table (``weights = { s0 = 1 }``) is relative to the file: a job started elsewhere
+    read another folder of that name, silently."""
+    from test_phases import make_sources
+    from tokembed import load_schedule
+
+    make_sources(tmp_path / "data", [3, 3])
+    make_sources(tmp_path / "cwd", [5])  # another s0 where the job runs
+    monkeypatch.chdir(tmp_path / "cwd")
+    schedule = tmp_path / "data" / "schedule.toml"
+    for weights in ("{ s0 = 1, s1 = 1 }", '[["s0", 1], ["s1", 1]]'):
+        schedule.write_text(f"[[phases]]\nstart = 0\nweights = {weights}\n")
+        assert load_schedule(schedule).paths == (tmp_path / "data" / "s0", tmp_path / "data" / "s1"), weights
+    schedule.write_text('[sources]\nweb = "s0"\n[[phases]]\nstart = 0\nweights = [["web", 1]]\n')
+    assert load_schedule(schedule).paths == (tmp_path / "data" / "s0",)  # [sources] names, as in a table
+    schedule.write_text('[[phases]]\nstart = 0\nweights = [["s0", 1, 2]]\n')
+    with pytest.raises(ValueError, match=r"phase 1.*\[\"s0\", 1, 2\].*\[path, weight\]"):
+        load_schedule(schedule)
