@@ -234,5 +234,5 @@ def test_a_schedule_files_weights_as_pairs_are_relative_to_the_file_as_a_table_i
     schedule.write_text('[sources]\nweb = "s0"\n[[phases]]\nstart = 0\nweights = [["web", 1]]\n')
     assert load_schedule(schedule).paths == (tmp_path / "data" / "s0",)  # [sources] names, as in a table
     schedule.write_text('[[phases]]\nstart = 0\nweights = [["s0", 1, 2]]\n')
-    with pytest.raises(ValueError, match=r"phase 1.*\[\"s0\", 1, 2\].*\[path, weight\]"):
+    with pytest.raises(ValueError, match=r"phase 1 weighs \['s0', 1, 2\].*\[path, weight\]"):
         load_schedule(schedule)
