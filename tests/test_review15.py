@@ -236,3 +236,29 @@ def test_a_schedule_files_weights_as_pairs_are_relative_to_the_file_as_a_table_i
     schedule.write_text('[[phases]]\nstart = 0\nweights = [["s0", 1, 2]]\n')
     with pytest.raises(ValueError, match=r"phase 1 weighs \['s0', 1, 2\].*\[path, weight\]"):
         load_schedule(schedule)
+
+
+def test_a_started_phase_listed_in_another_order_is_refused_naming_each_sources_own_weight(tmp_path):
+    """Listing a started phase's sources in another order renumbers them (the windows' order changes), so the resume
+    is refused; the message printed the saved weights against the new order's paths, "weights [s1: 7/10, s0:
+    3/10] -> [s1: 3/10, s0: 7/10]": s1 had 3/10. Now each weight is shown with its own source, and the order named."""
+    import tokembed
+    from test_phases import make_sources
+
+    s0, s1 = make_sources(tmp_path, [40, 7])
+
+    def loader(weights):
+        return tokembed.create_dataloader(tokembed.PhasedMixture([(0, weights)]), batch_size=6, max_length=8)
+
+    first = loader({s0: 0.7, s1: 0.3})
+    it = iter(first)
+    for _ in range(3):
+        next(it)
+    state = first.state_dict()
+    with pytest.raises(ValueError, match=r"phase 1 .*had started") as refused:
+        loader({s1: 0.3, s0: 0.7}).load_state_dict(state)
+    message = str(refused.value)
+    assert f"{s1}: 7/10" not in message and f"{s0}: 3/10" not in message, message
+    assert "another order" in message, message
+    with pytest.raises(ValueError, match=rf"weights \[{s0}: 7/10, {s1}: 3/10\] -> \[{s0}: 3/5, {s1}: 2/5\]"):
+        loader({s0: 0.6, s1: 0.4}).load_state_dict(state)  # other weights: each shown with its source
