@@ -54,7 +54,7 @@ def check_weight(path: object, w: object, *, where: str = "") -> float:
 def quota_of(paths: list, raw: list[float], *, where: str = "") -> tuple[list[int], int]:
     """`quota_period` of checked weights ``raw`` (one per path), refusing a zero sum and unschedulable weights."""
     at = f"{where}: " if where else ""
-    if math.fsum(raw) <= 0:
+    if not any(w > 0 for w in raw):  # (not a float sum: weights are relative, and 1e308 + 1e308 overflows)
         raise ValueError(f"{at}the weights {raw} sum to 0; give at least one source a positive weight")
     q, period = quota_period(raw)
     small = [str(p) for p, w, qi in zip(paths, raw, q) if w > 0 and qi == 0]

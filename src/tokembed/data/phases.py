@@ -63,7 +63,8 @@ TOML (``.toml``: `tomllib`, or `tomli` on Python 3.10) or JSON (``.json``), of t
     start = 800_000_000
     weights = { web = 0.4, code = 0.3, math = 0.3 }
 
-Without ``[sources]`` the weights' keys are the paths themselves.
+Without ``[sources]`` the weights' keys are the paths themselves. ``weights = [["web", 0.7], ["code", 0.3]]``
+(pairs) reads the same as the table.
 """
 
 from __future__ import annotations
@@ -446,10 +447,21 @@ def load_schedule(path: str | os.PathLike) -> PhasedMixture:
         if not isinstance(ph, dict):
             raise ValueError(f"{path}: phase {k + 1} must be a table with start and weights, got {ph!r}")
         weights = ph.get("weights")
-        if isinstance(weights, dict):
-            weights = {_source_path(key, names, path, k + 1): w for key, w in weights.items()}
+        if isinstance(weights, (dict, list)):  # pairs, not a dict by path: one folder named twice is refused
+            pairs = weights.items() if isinstance(weights, dict) else [_pair(p, path, k + 1) for p in weights]
+            weights = [(_source_path(key, names, path, k + 1), w) for key, w in pairs]  # as a table's, [[p, w]]
         phases.append({**ph, "weights": weights} if "weights" in ph else ph)
     return PhasedMixture(phases, seed=data.get("seed", 0))
+
+
+def _pair(entry: object, path: Path, number: int) -> tuple[str, Any]:
+    """One ``[path or name, weight]`` of a phase's weights given as a list."""
+    if not isinstance(entry, list) or len(entry) != 2 or not isinstance(entry[0], str):
+        raise ValueError(
+            f"{path}: phase {number} weighs {entry!r}; give its weights as a table {{ web = 0.7, code = 0.3 }} or "
+            'as [path, weight] pairs [["web", 0.7], ["code", 0.3]]'
+        )
+    return entry[0], entry[1]
 
 
 def _source_path(key: str, names: dict[str, Path] | None, path: Path, number: int) -> Path:

@@ -299,13 +299,24 @@ def _weights_text(weights: dict[int, str], paths: list[str]) -> str:
     )
 
 
-def _difference(a: dict[str, Any], b: dict[str, Any], paths: list[str]) -> str:
-    """What differs between two phase records: ``start 80 -> 8 tokens; weights [...] -> [...]``."""
+def _by_path(weights: dict[int, str], paths: list[str]) -> dict[str, str]:
+    return {paths[i] if i < len(paths) else f"source {i}": w for i, w in weights.items()}
+
+
+def _difference(a: dict[str, Any], b: dict[str, Any], before: list[str], paths: list[str]) -> str:
+    """What differs between two phase records: ``start 80 -> 8 tokens; weights [...] -> [...]`` (``a``'s sources
+    are ``before``, ``b``'s ``paths``: the source numbers follow the order they are listed in)."""
     parts = []
     if a["start"] != b["start"]:
         parts.append(f"start {a['start']:,} -> {b['start']:,} tokens")
-    if a["weights"] != b["weights"]:
-        parts.append(f"weights {_weights_text(a['weights'], paths)} -> {_weights_text(b['weights'], paths)}")
+    if a["weights"] != b["weights"] and _by_path(a["weights"], before) == _by_path(b["weights"], paths):
+        order = lambda ws, ps: ", ".join(_by_path(ws, ps))  # noqa: E731
+        parts.append(
+            f"its sources are listed in another order ({order(a['weights'], before)} -> {order(b['weights'], paths)}), "
+            "which numbers them and so orders the windows"
+        )
+    elif a["weights"] != b["weights"]:
+        parts.append(f"weights {_weights_text(a['weights'], before)} -> {_weights_text(b['weights'], paths)}")
     if a.get("name") != b.get("name"):
         parts.append(f"name {a.get('name')!r} -> {b.get('name')!r}")
     return "; ".join(parts)
@@ -331,12 +342,13 @@ def check_resume(
     old = _saved_phases(saved)
     new = [dict(ph.record(), weights={int(i): w for i, w in ph.record()["weights"]}) for ph in phases]
     paths = [s["path"] for s in sources]
+    before = [s["path"] for s in saved.get("sources") or []] or paths  # the saved phases' sources (by number)
     at = f"the state's position, token {slot * max_length:,} (window {slot:,})"
     started = [ph for ph in old if first_slot(ph["start"], max_length) < slot]
     for k, ph in enumerate(started):
         mine = new[k] if k < len(new) else None
         if mine is None or (mine["start"], mine["weights"]) != (ph["start"], ph["weights"]):
-            what = "it is gone" if mine is None else _difference(ph, mine, paths)
+            what = "it is gone" if mine is None else _difference(ph, mine, before, paths)
             raise ValueError(
                 f"{_describe(ph)} had started at {at}, so it cannot change ({what}); change only phases that "
                 f"start after token {slot * max_length:,}, or start a new run"
@@ -348,7 +360,7 @@ def check_resume(
             f"{_describe(ph)} would start before {at}: windows already read would change; start it at token "
             f"{slot * max_length:,} or later"
         )
-    return _future_changes(old[len(started) :], new[len(started) :], paths)
+    return _future_changes(old[len(started) :], new[len(started) :], before, paths)
 
 
 def _check_sources_read(saved: dict[str, Any], started: list[dict[str, Any]], sources: list[dict[str, Any]]) -> None:
@@ -374,11 +386,13 @@ def _check_sources_read(saved: dict[str, Any], started: list[dict[str, Any]], so
             )
 
 
-def _future_changes(old: list[dict[str, Any]], new: list[dict[str, Any]], paths: list[str]) -> list[str]:
+def _future_changes(
+    old: list[dict[str, Any]], new: list[dict[str, Any]], before: list[str], paths: list[str]
+) -> list[str]:
     """Sentences for the log: the phases after the resume point that were added, changed or removed."""
     notes = []
     for a, b in zip(old, new):
-        change = _difference(a, b, paths)
+        change = _difference(a, b, before, paths)
         if change:
             notes.append(f"the schedule changes {_describe(a)}: {change}")
     notes += [

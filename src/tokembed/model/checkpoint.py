@@ -20,7 +20,9 @@ into the new one. Of the previous checkpoints, the newest ``keep - 1`` stay (``-
 Only folders whose marker names them, and in them only the files tokembed wrote, are ever removed: a user's
 ``CKPT.tmp-mydata/`` or ``CKPT.old-backup/`` is never touched. If the process dies between the two renames, there is
 no ``CKPT`` and the previous checkpoint is the newest ``CKPT.step-*``; resuming takes the newest complete one
-(`resume_checkpoint`). Folders and files get the modes ``open`` gives (the umask).
+(`resume_checkpoint`). Folders and files get the modes ``open`` gives (the umask). A ``CKPT`` that is a symbolic
+link stays one: the saves and the kept checkpoints go beside the folder it points to. A folder that is not empty
+and not a tokembed checkpoint is never saved over (its ``config.json`` could be a user's).
 
 Reading verifies every file against ``sha256.json`` first (`verify_checkpoint`: ``load_checkpoint`` and so
 ``eval``, ``inspect`` and ``report``, and ``--resume``), so a flipped bit anywhere, sha256.json included, is an
@@ -146,16 +148,21 @@ def save_checkpoint(
         keep: how many checkpoints to keep: this one and the ``keep - 1`` newest previous ones
             (``CKPT.step-NNNNNNN`` beside it).
     """
-    path = local_path(path, what="the checkpoint")
+    path = _through_link(local_path(path, what="the checkpoint"))
     keep = check_positive_int("keep", keep)
     if path.exists() and not path.is_dir():
         raise NotADirectoryError(f"checkpoint {path} is a file; give a folder path for the checkpoint")
+    if path.is_dir() and not _replaceable(path):  # retiring it would prune a user's config.json, model.safetensors
+        raise FileExistsError(
+            f"{path} is not a tokembed checkpoint (its config.json is not one, or it has none) and is not empty; "
+            "save the checkpoint into another folder, or move its files out"
+        )
     path.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale_saves(path)
     tmp = Path(tempfile.mkdtemp(prefix=f"{path.name}.tmp-", dir=path.parent))
     own = [*OWN_FILES, *(extra_files or {})]
     try:
-        write_marker(tmp, role="save", files=own)  # first: from here on a killed save is recognised as one
+        write_marker(tmp, role="save", of=path.name, files=own)  # first: from here on a killed save is one
         os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700; give the mode mkdir would
         _write_contents(
             tmp,
@@ -186,6 +193,19 @@ def save_checkpoint(
         raise
     _swap_in(tmp, path, keep=keep)
     return path
+
+
+def _replaceable(path: Path) -> bool:
+    """Whether a save may replace the existing folder ``path``: an empty one, or a tokembed checkpoint (its
+    config.json or its sha256.json says so: a checkpoint with a damaged config.json is still one)."""
+    if not any(path.iterdir()):
+        return True
+    for name, kind in (("config.json", CHECKPOINT_FORMAT), (CHECKSUMS, _CHECKSUMS_FORMAT)):
+        with contextlib.suppress(OSError, ValueError):
+            doc = json.loads((path / name).read_text(encoding="utf-8"))
+            if isinstance(doc, dict) and doc.get("format") == kind:
+                return True
+    return False
 
 
 def _write_contents(
@@ -238,12 +258,13 @@ def _sha256(path: Path) -> str:
 
 def _remove_stale_saves(path: Path) -> None:
     """Delete what killed saves of ``path`` left beside it: ``CKPT.tmp-*`` folders that tokembed marked as its saves
-    (never complete), and in them only the files a save writes. A folder that merely has such a name is kept."""
+    (never complete), and in them only the files a save writes. A folder that merely has such a name is kept, and
+    so is a save of another checkpoint whose name starts so (``CKPT.tmp-b``'s saves are ``CKPT.tmp-b.tmp-*``)."""
     for p in path.parent.glob(f"{glob.escape(path.name)}.tmp-*"):
         if remove_unmarked_start(p, f"{path.name}.tmp-"):  # killed before its marker was written
             continue
         marker = read_marker(p)
-        if marker is not None and marker.get("role") == "save":
+        if marker is not None and marker.get("role") == "save" and marker.get("of", path.name) == path.name:
             with contextlib.suppress(OSError):
                 remove_marked(p, marker.get("files", OWN_FILES))
 
@@ -278,9 +299,16 @@ def _own_names(folder: Path) -> set[str]:
     return names
 
 
+def _through_link(path: Path) -> Path:
+    """Where a checkpoint ``path`` that is a symbolic link points (dangling too: a save killed between its renames):
+    saves and their kept checkpoints go there, and the link stays a link."""
+    return Path(os.path.realpath(path)) if path.is_symlink() else path
+
+
 def kept_checkpoints(path: str | os.PathLike) -> list[tuple[int, Path]]:
-    """The previous checkpoints kept beside ``path`` (``CKPT.step-NNNNNNN``, marked by tokembed), newest first."""
-    path = Path(path)
+    """The previous checkpoints kept beside ``path`` (``CKPT.step-NNNNNNN``, marked by tokembed), newest first;
+    beside the folder it points to when ``path`` is a symbolic link."""
+    path = _through_link(Path(path))
     found = []
     for p in path.parent.glob(f"{glob.escape(path.name)}.step-*") if path.parent.is_dir() else []:
         marker = read_marker(p)
@@ -362,10 +390,12 @@ def resume_checkpoint(path: str | os.PathLike, *, allow_unverified: bool = False
     When ``path`` is missing (a save killed between its renames) or fails its checksums while a kept previous
     checkpoint (``CKPT.step-*``) is complete, that one is renamed to ``path`` and a warning says so; a damaged
     ``path`` is moved aside to ``CKPT.damaged-XXXX`` first (never deleted). Otherwise a damaged ``path`` is an
-    error naming the damaged file, before anything else is read from it.
+    error naming the damaged file, before anything else is read from it. Processes that run this at once (the
+    ranks of a torchrun job) leave the checkpoint the first of them restored in place.
     """
-    path = Path(path)
+    path = _through_link(Path(path))
     kept = kept_checkpoints(path)
+    seen = _inode(path)  # every rank of a torchrun job runs this at once: the first to rename restores it
     problem = "missing (a save was interrupted between its renames)"
     if path.is_dir():
         try:
@@ -381,12 +411,19 @@ def resume_checkpoint(path: str | os.PathLike, *, allow_unverified: bool = False
             verify_checkpoint(previous)
         except (OSError, ValueError):
             continue
+        if _inode(path) != seen and _whole(path, allow_unverified):  # another process (a rank) restored it meanwhile
+            return
         aside = ""
         if path.exists():
             moved = Path(tempfile.mkdtemp(prefix=f"{path.name}.damaged-", dir=path.parent))
             os.replace(path, moved)  # over the empty folder mkdtemp made
             aside = f"; it was moved to {moved}"
-        os.replace(previous, path)
+        try:
+            os.replace(previous, path)
+        except FileNotFoundError:  # another process renamed it first: that is the restored checkpoint
+            if _whole(path, allow_unverified):
+                return
+            raise
         (path / MARKER).unlink(missing_ok=True)
         fsync_dir(path.parent)
         warnings.warn(
@@ -396,8 +433,26 @@ def resume_checkpoint(path: str | os.PathLike, *, allow_unverified: bool = False
         return
 
 
+def _inode(path: Path) -> int | None:
+    try:
+        return os.stat(path).st_ino
+    except OSError:
+        return None
+
+
+def _whole(path: Path, allow_unverified: bool) -> bool:
+    """Whether ``path`` is a checkpoint that reads and verifies."""
+    try:
+        read_checkpoint_config(path)
+        verify_checkpoint(path, allow_unverified=allow_unverified)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
 def interrupted_save_hint(path: Path) -> str:
     """For a missing checkpoint ``path``: where the previous one is when a save was killed between its renames."""
+    path = _through_link(path)
     kept = kept_checkpoints(path)
     if kept:
         return f"; a save was interrupted: the previous checkpoint is {kept[0][1]} (step {kept[0][0]}), which --resume continues"

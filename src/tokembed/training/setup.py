@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from tokembed.data.phases import schedule_decides, spec_paths
+from tokembed.data.schedule import quota_period
 from tokembed.model.checkpoint import (
     interrupted_save_hint,
     read_checkpoint_config,
@@ -89,11 +90,16 @@ def saved_run(out: Path, *, resume: bool | str, allow_unverified: bool = False) 
         config = read_checkpoint_config(out)
         state = read_checkpoint_file(out, "state.json", lambda p: json.loads(p.read_text(encoding="utf-8")))
         return Saved(config, state.get("data"), _saved_global_batch(config["train"], state))
+    hint = interrupted_save_hint(out)  # a save killed between its two renames left the checkpoint beside
     if resume:
-        hint = interrupted_save_hint(out)  # a save killed between its two renames left the checkpoint beside
         if hint:
             raise FileNotFoundError(f"checkpoint {out} does not exist{hint}")
         raise FileNotFoundError(f"nothing to resume: {out} does not exist; drop resume (--resume) to start a new run")
+    if hint:  # a new run's saves would take that run's checkpoints for their own and prune them
+        raise FileExistsError(
+            f"cannot start a new run in {out}{hint}; pass resume=True (--resume) to continue it, or choose another "
+            "out directory"
+        )
     return None
 
 
@@ -263,12 +269,15 @@ def _check_same_mixing(recorded: str | dict, data: str | dict) -> None:
     if schedule_decides(recorded, data):
         return
 
+    def shares(pairs: list) -> tuple[list[int], int]:  # weights are relative: 7, 3 is 0.7, 0.3 (the same schedule)
+        return quota_period([float(w) for _, w in pairs])
+
     def mixing(d: str | dict) -> object:
         if not isinstance(d, dict):
             return None
         if "phases" in d:
-            return [(ph["start"], [w for _, w in ph["sources"]]) for ph in d["phases"]], d["seed"]
-        return [w for _, w in d["sources"]], d["seed"]
+            return [(ph["start"], shares(ph["sources"])) for ph in d["phases"]], d["seed"]
+        return shares(d["sources"]), d["seed"]
 
     if isinstance(recorded, dict) != isinstance(data, dict) or mixing(recorded) != mixing(data):
         raise ValueError(f"--resume: the checkpoint was trained on {_name(recorded)}, not {_name(data)}")
