@@ -514,11 +514,13 @@ class RemoteShardSet(ShardSet):
             )
         pins: dict[tuple[int, int], Pin] = {}
         try:
-            return self._span(start, stop, pins)
+            return self._span(start, stop, pins, keep=False)
         finally:
             _release(pins)
 
-    def _span(self, a: int, b: int, pins: dict[tuple[int, int], Pin]) -> np.ndarray:
+    def _span(self, a: int, b: int, pins: dict[tuple[int, int], Pin], *, keep: bool = True) -> np.ndarray:
+        """Tokens ``[a, b)``, block by block; ``keep``: the blocks stay in ``pins`` (a batch's), else each is let go
+        once copied (a long read holds one block in use, so the cache keeps its bound)."""
         pieces, pos = [np.zeros(0, self.dtype)], a
         while pos < b:
             s = int(np.searchsorted(self.cumulative, pos, side="right")) - 1
@@ -526,6 +528,8 @@ class RemoteShardSet(ShardSet):
             blk, off = divmod(local, int(self._tpb[s]))
             take = min(b - pos, int(self._tpb[s]) - off, int(self._ntok[s]) - local)
             pieces.append(self._pin(pins, s, blk).array(self.dtype)[off : off + take].copy())
+            if not keep:
+                pins.pop((s, blk)).release()
             pos += take
         return np.concatenate(pieces)
 

@@ -190,7 +190,8 @@ class _Found:
             fmt = self._format(url, explicit=explicit)
             if fmt is None:
                 return False  # (not reached: an explicit input of unknown type raised)
-            self.by_real.setdefault(url, InputFile(url, fmt[0], fmt[1], src.size))
+            mtime = getattr(src, "mtime_ns", None)  # a rerun sees an object replaced in place (as a local file)
+            self.by_real.setdefault(url, InputFile(url, fmt[0], fmt[1], src.size, mtime))
         return True
 
     def add_urls(self, url: str) -> None:

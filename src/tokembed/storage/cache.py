@@ -332,13 +332,14 @@ class FolderBlocks:
         """Block ``b`` of ``key``, fetched and verified if it is not in the cache, held in use until released."""
         for _ in range(4):
             pin = self._open(key, b)
+            if pin is None:
+                pin = self.ensure(key, b)
             if pin is not None and not self._intact(key, b, pin):
                 pin.release()
                 pin = None
             if pin is not None:
                 self.cache.stats.hits += 1
                 return pin
-            self.ensure(key, b)
         raise RemoteError(
             f"{self.store.where(key, self.specs[key].span(b))}: the block was evicted four times before use"
         )
@@ -403,27 +404,33 @@ class FolderBlocks:
             return None
         return fd
 
-    def ensure(self, key: str, b: int) -> bool:
-        """Have block ``b`` of ``key`` in the cache, fetched now if missing (evicting as Belady's rule says)."""
+    def ensure(self, key: str, b: int) -> Pin | None:
+        """Have block ``b`` of ``key`` in the cache, fetched now if missing (evicting as Belady's rule says), and
+        pinned: None only when it was evicted again before it could be (a damaged file removed meanwhile)."""
         path = self.path(key, b)
-        if path.exists():
-            return True
         lock = self._lock_fd(key, b, wait=True)
         assert lock is not None
         try:
+            reserved = None
             if path.exists():  # fetched meanwhile by another process or thread
                 self.cache.stats.waits += 1
-                return True
-            start, end = self.specs[key].span(b)
-            reserved = self.cache._reserve(path, end - start, None)
-            if reserved is not None:
-                try:
-                    self._fill(reserved[0], reserved[1], key, b, path)
-                finally:
+            else:
+                start, end = self.specs[key].span(b)
+                reserved = self.cache._reserve(path, end - start, None)
+                if reserved is not None:
+                    try:
+                        self._fill(reserved[0], reserved[1], key, b, path)
+                    except BaseException:
+                        os.close(reserved[0])
+                        raise
+            # Evictions run under the admission lock: taken here, no other reader's admission can evict the block
+            # between its arrival and its pin (a cache smaller than the blocks in use would lose it every time).
+            with self.cache._admission():
+                if reserved is not None:
                     os.close(reserved[0])  # its exclusive lock goes with it: readers may take the block
+                return self._open(key, b)
         finally:
             os.close(lock)
-        return True
 
     def reserve_prefetch(self, key: str, b: int, when: int) -> Reservation | str:
         """Start prefetching block ``b`` (next needed at ``when``): ``"present"``, ``"busy"`` (another fetch of

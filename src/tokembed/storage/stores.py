@@ -21,6 +21,7 @@ A `Store` is picklable: it keeps the URL and the options, and each process makes
 from __future__ import annotations
 
 import contextlib
+import datetime
 import errno
 import importlib.util
 import os
@@ -39,6 +40,9 @@ _T = TypeVar("_T")
 _NOT_TRANSIENT = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, FileExistsError)
 # A request the server refused as malformed (s3fs's codes for 400, 405, 501, ...): trying again cannot help
 _BAD_REQUEST = {errno.EINVAL, errno.EPERM, errno.ENOSYS, errno.EMSGSIZE, errno.ENAMETOOLONG, errno.ENOTEMPTY}
+# botocore's timeouts (s3fs's own defaults) and a single attempt: a server that never answers fails after
+# TOKEMBED_RETRIES reads of ``read_timeout`` seconds, not after botocore's 5 x s3fs's 5 x 5 nested retries (minutes)
+_S3_CONFIG = {"connect_timeout": 5, "read_timeout": 15, "retries": {"max_attempts": 1}}
 _METADATA_KW = {"s3": "Metadata", "gs": "metadata", "az": "metadata", "abfs": "metadata"}  # user metadata on upload
 
 
@@ -133,7 +137,13 @@ class Store:
         import fsspec
 
         cls = fsspec.get_filesystem_class(self.scheme.protocol)
-        return cls(skip_instance_cache=True, **self.storage_options)
+        options = dict(self.storage_options)
+        if self.scheme.protocol == "s3":  # one try per request: `_call` retries (TOKEMBED_RETRIES), nothing nests
+            options["config_kwargs"] = {**_S3_CONFIG, **options.get("config_kwargs", {})}
+        client = cls(skip_instance_cache=True, **options)
+        if self.scheme.protocol == "s3":
+            client.retries = 1  # s3fs's own retries (5, and 5 more around each read) are a class attribute
+        return client
 
     def client(self) -> Any:
         """This process's client (made on first use, again after a fork)."""
@@ -214,6 +224,22 @@ class Store:
     def size(self, key: str) -> int:
         """The size of object ``key`` in bytes."""
         return int(self._call("looking up", key, lambda: self.client().info(self._path(key))["size"]))
+
+    def modified_ns(self, key: str) -> int | None:
+        """When object ``key`` was last written, in nanoseconds since the epoch (None: the store does not say):
+        what stands for a local file's modification time, so a rerun of prepare sees an input replaced in place."""
+
+        def run() -> int | None:
+            info = self.client().info(self._path(key))
+            for name in ("LastModified", "last_modified", "mtime", "updated", "modified"):
+                when = info.get(name)
+                if isinstance(when, str) and when:
+                    when = datetime.datetime.fromisoformat(when)
+                if isinstance(when, datetime.datetime):
+                    return int(when.timestamp()) * 10**9 + when.microsecond * 1000
+            return None
+
+        return self._call("looking up", key, run)
 
     def exists(self, key: str) -> bool:
         try:

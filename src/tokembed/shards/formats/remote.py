@@ -49,6 +49,11 @@ class RemoteInput:
             self._size = self.store.size(self.key)
         return self._size
 
+    @property
+    def mtime_ns(self) -> int | None:
+        """When the object was last written (the manifest records it as a local file's modification time)."""
+        return self.store.modified_ns(self.key)
+
     def read_at(self, offset: int, n: int) -> bytes:
         end = min(self.size, offset + n)
         return self.store.read(self.key, offset, end) if end > offset else b""
@@ -76,10 +81,9 @@ def expand_url(url: str) -> tuple[list[str], bool]:
     if globlib.has_magic(url):
         scheme, rest = url.split("://", 1)
         store = open_store(f"{scheme}://{rest.split('/', 1)[0]}", remote_options().storage_options)
-        fs = store.client()
-        return sorted(
-            f"{scheme}://{m}" for m in fs.glob(store._path("").rstrip("/") + "/" + rest.split("/", 1)[1])
-        ), False
+        pattern = store._path("").rstrip("/") + "/" + rest.split("/", 1)[1]
+        matches = store._call("listing", "", lambda: store.client().glob(pattern))  # retried as every request
+        return sorted(f"{scheme}://{m}" for m in matches), False
     parent, _, key = url.rstrip("/").rpartition("/")
     if key and not url.endswith("/") and not parent.endswith(":/"):
         store = open_store(parent, remote_options().storage_options)
