@@ -282,3 +282,20 @@ def test_a_run_killed_while_redoing_a_changed_folder_resumes(tmp_path, monkeypat
     prepare_corpus([src], fresh, workers=1, shard_mb=0.004)
     assert (out / "manifest.json").read_bytes() == (fresh / "manifest.json").read_bytes()
     assert documents(out) == ["one two THREE " * 2000]
+
+
+def test_an_input_time_not_recorded_is_not_compared_but_a_recorded_one_is():
+    """A finished folder is tokenized again when an input's recorded modification time changed. URL inputs were
+    recorded without a time (null) before review14 recorded objects' times: such a folder must not be redone on
+    every rerun now that the object's time is known, while a recorded time still catches an input replaced."""
+    from tokembed.shards.folder import inputs_changed
+    from tokembed.shards.formats.base import InputFile
+
+    def files(*times):
+        return [InputFile(f"s3://b/{i}.jsonl", "jsonl", None, 10, t) for i, t in enumerate(times)]
+
+    assert not inputs_changed({"input_mtimes": [None, 5]}, files(7, 5))  # the null one: not recorded
+    assert inputs_changed({"input_mtimes": [None, 5]}, files(7, 6))  # the recorded one changed
+    assert not inputs_changed({}, files(7, 6))  # no times at all (older still): nothing to compare
+    assert inputs_changed({"input_mtimes": [3]}, files(3, 4))  # another number of inputs
+    assert inputs_changed({"input_mtimes": [3]}, [InputFile("-", "text", None, None, None)])  # standard input

@@ -228,12 +228,17 @@ def remove_leftovers(out: Path, rank: int = 0, world_size: int = 1) -> None:
 
 def inputs_changed(manifest: dict[str, Any], files: Sequence[InputFile]) -> bool:
     """Whether a finished folder's inputs may have changed since it was made with the same paths and sizes
-    (else its identity differs): standard input (only its bytes can tell), or a file modified since."""
+    (else its identity differs): standard input (only its bytes can tell), or a file modified since. A time not
+    recorded (none at all, or null: a URL input before tokembed recorded objects' times) is not compared: that
+    folder is not tokenized again for it."""
     if any(f.size is None for f in files):
         return True
-    if "input_mtimes" not in manifest:
+    recorded = manifest.get("input_mtimes")
+    if recorded is None:
         return False  # made by a tokembed that recorded no times: nothing to compare with
-    return manifest["input_mtimes"] != [f.mtime_ns for f in files]
+    if len(recorded) != len(files):
+        return True
+    return any(m is not None and m != f.mtime_ns for m, f in zip(recorded, files))
 
 
 def _reopen(out: Path, identity: dict[str, Any]) -> None:
