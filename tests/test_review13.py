@@ -52,20 +52,12 @@ class Killed(BaseException):
     """Stands for a kill -9 in the renames: staged_files leaves a commit that began as it is."""
 
 
-def test_a_killed_megatron_export_of_both_splits_is_named_when_its_val_prefix_is_read(tmp_path, monkeypatch):
-    """``--split all`` now stages both prefixes as one set, named by PREFIX_train's staging folder: killed in its
-    renames, reading (or checking) PREFIX_train said "an export ... was interrupted; run the export again", but
-    PREFIX_val, whose .idx the commit had removed, said it "does not exist; create it with tokembed prepare" (each
-    prefix had its own staging folder, and this message, before)."""
+def killed_at_val_rename(monkeypatch, src, prefix, **options) -> None:
+    """``export_megatron(src, prefix, split="all", **options)`` killed as it renames ``corpus_val.bin`` in."""
     import os
 
-    from test_export_safety import with_val
-    from tokembed.shards import check
     from tokembed.shards.export import export_megatron
 
-    with_val(tmp_path / "old", 5, 40), with_val(tmp_path / "new", 6, 50)
-    prefix = tmp_path / "out" / "corpus"
-    export_megatron(tmp_path / "old", prefix, split="all")
     real = os.replace
 
     def replace(a, b):
@@ -75,8 +67,23 @@ def test_a_killed_megatron_export_of_both_splits_is_named_when_its_val_prefix_is
 
     monkeypatch.setattr(os, "replace", replace)
     with pytest.raises(Killed):
-        export_megatron(tmp_path / "new", prefix, split="all", overwrite=True)
+        export_megatron(src, prefix, split="all", **options)
     monkeypatch.setattr(os, "replace", real)
+
+
+def test_a_killed_megatron_export_of_both_splits_is_named_when_its_val_prefix_is_read(tmp_path, monkeypatch):
+    """``--split all`` now stages both prefixes as one set, named by PREFIX_train's staging folder: killed in its
+    renames, reading (or checking) PREFIX_train said "an export ... was interrupted; run the export again", but
+    PREFIX_val, whose .idx the commit had removed, said it "does not exist; create it with tokembed prepare" (each
+    prefix had its own staging folder, and this message, before)."""
+    from test_export_safety import with_val
+    from tokembed.shards import check
+    from tokembed.shards.export import export_megatron
+
+    with_val(tmp_path / "old", 5, 40), with_val(tmp_path / "new", 6, 50)
+    prefix = tmp_path / "out" / "corpus"
+    export_megatron(tmp_path / "old", prefix, split="all")
+    killed_at_val_rename(monkeypatch, tmp_path / "new", prefix, overwrite=True)
     for split in ("train", "val"):
         where = prefix.with_name(f"corpus_{split}")
         with pytest.raises(FileNotFoundError, match=rf"an export to {where} was interrupted.*run the export again"):
@@ -93,8 +100,6 @@ def test_a_val_export_after_a_killed_export_of_both_splits_is_not_undone_by_the_
     PREFIX_val alone next (``--split val``) did not finish it (it looked for PREFIX_val's staging folders only), so
     the next PREFIX_train export finished the killed set then, renaming the killed export's val over the newer val
     export: silently back to older data. In the uninterrupted sequence the val export is the last word on PREFIX_val."""
-    import os
-
     import numpy as np
 
     from test_export_safety import with_val
@@ -103,17 +108,7 @@ def test_a_val_export_after_a_killed_export_of_both_splits_is_not_undone_by_the_
 
     killed, newer = with_val(tmp_path / "killed", 5, 40), with_val(tmp_path / "newer", 6, 50)
     prefix = tmp_path / "out" / "corpus"
-    real = os.replace
-
-    def replace(a, b):
-        if str(b).endswith("corpus_val.bin"):
-            raise Killed
-        return real(a, b)
-
-    monkeypatch.setattr(os, "replace", replace)
-    with pytest.raises(Killed):
-        export_megatron(tmp_path / "killed", prefix, split="all")
-    monkeypatch.setattr(os, "replace", real)
+    killed_at_val_rename(monkeypatch, tmp_path / "killed", prefix)
     val, train = prefix.with_name("corpus_val"), prefix.with_name("corpus_train")
     export_megatron(tmp_path / "newer", val, split="val", overwrite=True)
     export_megatron(tmp_path / "newer", train, split="train", overwrite=True)
@@ -126,8 +121,6 @@ def test_a_val_export_after_a_killed_export_of_both_splits_is_not_undone_by_the_
 def test_a_val_export_without_overwrite_after_a_killed_export_of_both_splits_is_refused(tmp_path, monkeypatch):
     """Finishing the killed ``--split all`` set first (above) must not also lift the --overwrite refusal for another
     command: in the uninterrupted sequence PREFIX_val exists and ``--split val`` without --overwrite is refused."""
-    import os
-
     import numpy as np
 
     from test_export_safety import with_val
@@ -136,17 +129,7 @@ def test_a_val_export_without_overwrite_after_a_killed_export_of_both_splits_is_
 
     killed, _ = with_val(tmp_path / "killed", 5, 40), with_val(tmp_path / "newer", 6, 50)
     prefix = tmp_path / "out" / "corpus"
-    real = os.replace
-
-    def replace(a, b):
-        if str(b).endswith("corpus_val.bin"):
-            raise Killed
-        return real(a, b)
-
-    monkeypatch.setattr(os, "replace", replace)
-    with pytest.raises(Killed):
-        export_megatron(tmp_path / "killed", prefix, split="all")
-    monkeypatch.setattr(os, "replace", real)
+    killed_at_val_rename(monkeypatch, tmp_path / "killed", prefix)
     val = prefix.with_name("corpus_val")
     with pytest.raises(FileExistsError, match=r"corpus_val\.(bin|idx|tokembed\.json) already exists.*--overwrite"):
         export_megatron(tmp_path / "newer", val, split="val")
