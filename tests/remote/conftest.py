@@ -90,3 +90,16 @@ def s3(swift: SwiftS3, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> S3:
 
     open_store(f"s3://{bucket}").make_bucket()
     return S3(swift, bucket, cache)
+
+
+@pytest.fixture
+def corpus(tmp_path: Path, s3: S3) -> tuple[Path, str]:
+    """A local shard folder (60,000 tokens, 4 shards, 4 KiB blocks) and its copy uploaded to the bucket: ``(local,
+    url)``, for tests comparing a remote folder's batches with the local one's."""
+    from remote_helpers import make_folder, upload
+
+    local = tmp_path / "local"
+    make_folder(local, n_tokens=60_000, n_shards=4, block_bytes=4096)
+    url = s3.url("corpus")
+    upload(local, url)
+    return local, url

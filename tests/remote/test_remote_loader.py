@@ -4,20 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from remote_helpers import make_folder, upload
+from remote_helpers import make_folder
 
 from tokembed import Mixture, create_dataloader
 
 pytestmark = pytest.mark.slow  # a server round trip per block
-
-
-@pytest.fixture
-def corpus(tmp_path, s3):
-    local = tmp_path / "local"
-    make_folder(local, n_tokens=60_000, n_shards=4, block_bytes=4096)
-    url = s3.url("corpus")
-    upload(local, url)
-    return local, url
 
 
 def _all(loader) -> list[tuple[torch.Tensor, torch.Tensor]]:

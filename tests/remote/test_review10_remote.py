@@ -5,21 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from remote_helpers import make_folder, upload
 
 from tokembed import create_dataloader
 from tokembed.shards.reader import RemoteShardSet
 
 pytestmark = pytest.mark.slow  # a server round trip per block
-
-
-@pytest.fixture
-def corpus(tmp_path, s3):
-    local = tmp_path / "local"
-    make_folder(local, n_tokens=60_000, n_shards=4, block_bytes=4096)
-    url = s3.url("corpus")
-    upload(local, url)
-    return local, url
 
 
 def test_packed_remote_windows_read_rows_through_the_cache_not_whole_shards(corpus, tmp_path, monkeypatch):

@@ -6,7 +6,6 @@ import time
 
 import pytest
 import torch
-from remote_helpers import make_folder, upload
 
 from tokembed import create_dataloader
 from tokembed.storage.cache import FolderBlocks
@@ -14,15 +13,12 @@ from tokembed.storage.cache import FolderBlocks
 pytestmark = pytest.mark.slow  # a server round trip per block
 
 
-def test_materialized_remote_packed_windows_fetch_no_block_while_training(tmp_path, s3, monkeypatch):
+def test_materialized_remote_packed_windows_fetch_no_block_while_training(tmp_path, corpus, monkeypatch):
     """``materialize=True`` over a remote folder writes the packed windows once into the cache, and batches are read
     from those rows; but the loader still announced each batch's remote blocks (``block_reads``) to the cache's
     prefetch threads, which fetched blocks nothing read: the whole split downloaded again each epoch, evicting what
     the cache held for other reads."""
-    local = tmp_path / "local"
-    make_folder(local, n_tokens=60_000, n_shards=4, block_bytes=4096)
-    url = s3.url("corpus")
-    upload(local, url)
+    local, url = corpus
     kw = dict(batch_size=4, max_length=64, packing="best-fit", seed=3)
     want = [(x.clone(), y.clone()) for x, y in create_dataloader(local, **kw)]
     loader = create_dataloader(url, cache_bytes="40KiB", cache_dir=tmp_path / "cache", materialize=True, **kw)
