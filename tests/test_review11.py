@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -65,15 +66,21 @@ def each_document_alone_loss(model: GPT, tokens: torch.Tensor, *, length: int, w
     return total / count
 
 
-def test_a_packed_run_validates_and_saves_the_model_it_trains(tmp_path):
-    # Packing trains a model that keeps documents apart (attention within each, positions restarting at each).
-    # Its validation loss must score that model, and its checkpoint must be that model (eval, generate), not
-    # one that reads across documents with positions running on.
+def sentence_folder(tmp_path) -> Path:
+    """The story prepared with one document per sentence (many documents per window), a tenth of them val."""
     sentences = [p for p in STORY.read_text(encoding="utf-8").split(". ") if p.strip()]
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text("".join(json.dumps({"text": p}) + "\n" for p in sentences))
     folder = tmp_path / "shards"
     tokembed.prepare_corpus([corpus], folder, val_fraction=0.1, workers=1, progress=False)
+    return folder
+
+
+def test_a_packed_run_validates_and_saves_the_model_it_trains(tmp_path):
+    # Packing trains a model that keeps documents apart (attention within each, positions restarting at each).
+    # Its validation loss must score that model, and its checkpoint must be that model (eval, generate), not
+    # one that reads across documents with positions running on.
+    folder = sentence_folder(tmp_path)
     config = dict(
         data=str(folder), out=str(tmp_path / "run"), max_length=32, batch_size=4, max_steps=6, eval_interval=6, lr=1e-2,
         eval_batches=2, checkpoint_interval=6, warmup_steps=1, packing="best-fit",
@@ -91,11 +98,7 @@ def test_a_packed_run_validates_and_saves_the_model_it_trains(tmp_path):
 def test_a_packed_run_resumes_with_the_model_options_it_started_with(tmp_path):
     # Job scripts pass the same GPTConfig at every (re)start: packing turning document_mask on must not make
     # the resume refuse it as "another model".
-    sentences = [p for p in STORY.read_text(encoding="utf-8").split(". ") if p.strip()]
-    corpus = tmp_path / "corpus.jsonl"
-    corpus.write_text("".join(json.dumps({"text": p}) + "\n" for p in sentences))
-    folder = tmp_path / "shards"
-    tokembed.prepare_corpus([corpus], folder, val_fraction=0.1, workers=1, progress=False)
+    folder = sentence_folder(tmp_path)
     model = GPTConfig(context_length=32, dim=16, n_layers=1, n_heads=2)  # document_mask=False, the default
     config = dict(
         data=str(folder), out=str(tmp_path / "run"), max_length=32, batch_size=4, max_steps=3, eval_interval=3,
