@@ -253,10 +253,7 @@ class PackedWindows(SlidingWindowDataset):
         for i in np.unique(seg[room]).tolist():
             sel = np.flatnonzero(room & (seg == i))
             rows[sel] = self._view(i, views)[local[sel]]
-        for j in np.flatnonzero(~room).tolist():  # near a shard's end
-            a = int(starts[j])
-            rows[j, : lengths[j]] = cast(ShardSet, self._shards).read(a, a + int(lengths[j]))
-        return rows.reshape(-1), np.arange(len(starts), dtype=np.int64) * w
+        return self._spans_as_rows(rows, starts, lengths, alone=~room)  # alone: near a shard's end
 
     def _read_remote_spans(self, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """`_read_spans` of a remote folder: rows of ``max_length + 1`` tokens through the block cache (the batch's
@@ -266,10 +263,17 @@ class PackedWindows(SlidingWindowDataset):
         rows = np.empty((len(starts), w), dtype=self.dtype)
         fits = starts + w <= self.n_tokens
         rows[fits] = shards.rows(starts[fits], w)
-        for j in np.flatnonzero(~fits).tolist():
+        return self._spans_as_rows(rows, starts, lengths, alone=~fits)
+
+    def _spans_as_rows(
+        self, rows: np.ndarray, starts: np.ndarray, lengths: np.ndarray, *, alone: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """`_read_spans`' result from ``rows`` (P, max_length + 1), after reading the spans ``alone`` (too near an
+        end for a whole row) on their own into the head of their rows."""
+        for j in np.flatnonzero(alone).tolist():
             a = int(starts[j])
-            rows[j, : lengths[j]] = shards.read(a, a + int(lengths[j]))
-        return rows.reshape(-1), np.arange(len(starts), dtype=np.int64) * w
+            rows[j, : lengths[j]] = cast(ShardSet, self._shards).read(a, a + int(lengths[j]))
+        return rows.reshape(-1), np.arange(len(starts), dtype=np.int64) * rows.shape[1]
 
     def block_reads(self, k: np.ndarray) -> list[tuple[Any, np.ndarray, list[str], np.ndarray, np.ndarray]]:
         """The blocks of a remote folder that packed windows ``k`` read: each piece's row of ``max_length + 1``
